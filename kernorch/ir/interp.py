@@ -1,0 +1,167 @@
+"""The reference interpreter: executes a primitive graph with NumPy (PyTorch for convolutions).
+
+It is the oracle of the project: fission is checked against onnxruntime through it, and every
+generated kernel is checked against it before it may be timed or chosen. Clarity beats speed here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import scipy.special
+
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import ConvAttrs, Op, Prim
+
+
+def _int_div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        q = np.abs(a) // np.abs(b)
+        return np.where((a < 0) ^ (b < 0), -q, q)
+    return a / b
+
+
+def _sign(x):
+    return np.sign(x)
+
+
+_UNARY: dict[Op, Callable] = {
+    Op.NEG: np.negative, Op.ABS: np.abs, Op.EXP: np.exp, Op.LOG: np.log, Op.SQRT: np.sqrt,
+    Op.RECIP: lambda x: np.reciprocal(x.astype(np.float32) if x.dtype.kind in "iub" else x),
+    Op.TANH: np.tanh, Op.ERF: scipy.special.erf, Op.SIGMOID: scipy.special.expit,
+    Op.SOFTPLUS: lambda x: np.logaddexp(np.zeros_like(x), x), Op.RELU: lambda x: np.maximum(x, np.zeros_like(x)),
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.ROUND: np.round, Op.SIN: np.sin, Op.COS: np.cos, Op.SIGN: _sign,
+    Op.NOT: np.logical_not, Op.ISNAN: np.isnan,
+}
+_BINARY: dict[Op, Callable] = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: _int_div, Op.POW: np.power,
+    Op.MAX: np.maximum, Op.MIN: np.minimum, Op.MOD: np.mod, Op.EQ: np.equal, Op.NE: np.not_equal,
+    Op.LT: np.less, Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
+    Op.AND: np.logical_and, Op.OR: np.logical_or, Op.XOR: np.logical_xor,
+}
+_REDUCE: dict[Op, Callable] = {Op.SUM: np.sum, Op.RMAX: np.max, Op.RMIN: np.min, Op.PROD: np.prod}
+
+
+def eval_prim(p: Prim, args: Sequence[np.ndarray], out_dtype: str, out_shape: tuple[int, ...]) -> np.ndarray:
+    """Evaluate one prim on concrete arrays; the result has exactly the declared type."""
+    op = p.op
+    with np.errstate(all="ignore"):
+        if op in _UNARY:
+            out = _UNARY[op](args[0])
+        elif op is Op.CAST:
+            out = _cast(args[0], p.attrs.dtype)
+        elif op in _BINARY:
+            out = _BINARY[op](args[0], args[1])
+        elif op is Op.WHERE:
+            out = np.where(args[0], args[1], args[2])
+        elif op in _REDUCE:
+            out = _REDUCE[op](args[0], axis=p.attrs.axes, keepdims=p.attrs.keepdims)
+        elif op is Op.BROADCAST:
+            out = np.broadcast_to(args[0], p.attrs.shape)
+        elif op is Op.VIEW:
+            out = p.attrs.map.gather(args[0])
+        elif op is Op.CONCAT:
+            out = np.concatenate(args, axis=p.attrs.axis)
+        elif op is Op.MATMUL:
+            out = np.matmul(args[0], args[1])
+        elif op in (Op.CONV, Op.CONV_TRANSPOSE):
+            out = _conv(op, args, p.attrs)
+        elif op is Op.OPAQUE:
+            out = eval_opaque(p, args)
+        else:
+            raise NotImplementedError(op)
+    out = np.asarray(out)
+    if out.dtype != np.dtype(out_dtype):
+        out = out.astype(out_dtype)
+    if out.shape != out_shape:
+        raise AssertionError(f"{op.value} produced shape {out.shape}, declared {out_shape}")
+    return out
+
+
+def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
+    if np.dtype(dtype).kind in "iu" and x.dtype.kind == "f":
+        x = np.trunc(x)
+    return x.astype(dtype)
+
+
+def _conv(op: Op, args: Sequence[np.ndarray], a: ConvAttrs) -> np.ndarray:
+    import torch
+    import torch.nn.functional as F
+
+    x, w = (torch.from_numpy(np.ascontiguousarray(t)) for t in args[:2])
+    b = torch.from_numpy(np.ascontiguousarray(args[2])) if len(args) > 2 else None
+    k = x.dim() - 2
+    begin, end = list(a.pads[:k]), list(a.pads[k:])
+    if op is Op.CONV:
+        if begin != end:
+            pad = []
+            for s in reversed(range(k)):
+                pad += [begin[s], end[s]]
+            x = F.pad(x, pad)
+            begin = [0] * k
+        fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
+        out = fn(x, w, b, stride=a.strides, padding=begin, dilation=a.dilations, groups=a.groups)
+    else:
+        fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[k]
+        outpad = list(a.output_padding) if a.output_padding else [0] * k
+        # asymmetric pads: pad less in torch, then crop the extra at the end
+        sym = [min(bb, ee) for bb, ee in zip(begin, end)]
+        out = fn(x, w, b, stride=a.strides, padding=sym, output_padding=outpad, groups=a.groups, dilation=a.dilations)
+        sl = [slice(None), slice(None)]
+        for s in range(k):
+            sl.append(slice(begin[s] - sym[s], out.shape[2 + s] - (end[s] - sym[s])))
+        out = out[tuple(sl)]
+    return out.numpy()
+
+
+def eval_opaque(p: Prim, args: Sequence[np.ndarray]) -> np.ndarray:
+    """Run an ONNX node kept whole with onnx's reference evaluator."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    node = onnx.NodeProto()
+    node.ParseFromString(p.attrs.node)
+    ref = ReferenceEvaluator(_single_node_model(node, args, p.attrs.opset))
+    feeds = {n: a for n, a in zip(node.input, args) if n}
+    return ref.run(None, feeds)[0]
+
+
+def _single_node_model(node, args, opset: int):
+    import onnx
+    from onnx import helper
+
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in zip([i for i in node.input if i], args)]
+    outs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output]
+    graph = helper.make_graph([node], "opaque", ins, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run(g: Graph, feeds: Mapping[int, np.ndarray] | Sequence[np.ndarray], keep: bool = False) -> dict[int, np.ndarray]:
+    """Execute ``g``. ``feeds`` maps input value ids to arrays (or lists them in input order).
+    Returns the graph outputs (every value when ``keep``)."""
+    if not isinstance(feeds, Mapping):
+        feeds = dict(zip(g.inputs, feeds))
+    env: dict[int, np.ndarray] = dict(g.constants)
+    for v in g.inputs:
+        arr = np.asarray(feeds[v])
+        t = g.types[v]
+        if arr.shape != t.shape:
+            raise ValueError(f"input {g.name(v)}: shape {arr.shape}, expected {t.shape}")
+        env[v] = arr.astype(t.dtype, copy=False)
+    last_use: dict[int, int] = {}
+    for i, p in enumerate(g.prims):
+        for v in p.inputs:
+            last_use[v] = i
+    outs = set(g.outputs)
+    for i, p in enumerate(g.prims):
+        t = g.types[p.output]
+        env[p.output] = eval_prim(p, [env[v] for v in p.inputs], t.dtype, t.shape)
+        if not keep:
+            for v in set(p.inputs):
+                if last_use.get(v) == i and v not in outs and v not in g.constants:
+                    del env[v]
+    if keep:
+        return env
+    return {v: env[v] for v in g.outputs}

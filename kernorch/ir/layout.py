@@ -1,0 +1,224 @@
+"""Index maps: the meaning of every layout primitive (reshape, permute, slice, pad, broadcast,
+window views for pooling, flips, gathers with constant indices, nearest resize).
+
+An ``IndexMap`` sends an output index ``(i0, .., in)`` to an input index (one expression per input
+dimension) plus a validity mask; where the mask fails the element is ``pad``. Maps compose
+symbolically, like views, so a chain of layout prims costs nothing until a kernel reads through it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from kernorch.ir import index as ix
+from kernorch.ir.index import Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    """``lo <= expr < hi``."""
+
+    expr: Expr
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexMap:
+    out_shape: tuple[int, ...]
+    in_shape: tuple[int, ...]
+    index: tuple[Expr, ...]
+    mask: tuple[Cond, ...] = ()
+    pad: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.index) != len(self.in_shape):
+            raise ValueError(f"index map needs {len(self.in_shape)} expressions, got {len(self.index)}")
+
+    # -- composition ------------------------------------------------------------------------
+    def compose(self, inner: IndexMap) -> IndexMap | None:
+        """``self`` maps out -> mid and ``inner`` maps mid -> in; return out -> in, or None when
+        both carry masks with different pad values (then the two cannot be one view)."""
+        if tuple(inner.out_shape) != tuple(self.in_shape):
+            raise ValueError(f"cannot compose: {self.in_shape} vs {inner.out_shape}")
+        if self.mask and inner.mask and not _same_pad(self.pad, inner.pad):
+            return None
+        sizes = self.out_shape
+        idx = tuple(ix.substitute(e, self.index, sizes) for e in inner.index)
+        conds = list(self.mask) + [Cond(ix.substitute(c.expr, self.index, sizes), c.lo, c.hi) for c in inner.mask]
+        pad = inner.pad if inner.mask else self.pad
+        return make(self.out_shape, inner.in_shape, idx, conds, pad)
+
+    # -- queries ----------------------------------------------------------------------------
+    def is_identity(self) -> bool:
+        return (self.out_shape == self.in_shape and not self.mask
+                and all(e == ix.var(d) for d, e in enumerate(self.index)))
+
+    def gather(self, x: np.ndarray) -> np.ndarray:
+        """Apply the map to a concrete array (the reference semantics)."""
+        grid = np.indices(self.out_shape, dtype=np.int64) if self.out_shape else []
+        env = list(grid)
+        idx = []
+        for d, e in enumerate(self.index):
+            v = ix.evaluate(e, env)
+            v = np.broadcast_to(np.asarray(v, dtype=np.int64), self.out_shape)
+            idx.append(np.clip(v, 0, self.in_shape[d] - 1) if self.in_shape[d] > 0 else v)
+        out = x[tuple(idx)] if idx else np.broadcast_to(x, self.out_shape).copy()
+        out = np.array(out, copy=True)
+        if self.mask:
+            ok = np.ones(self.out_shape, dtype=bool)
+            for c in self.mask:
+                v = np.asarray(ix.evaluate(c.expr, env))
+                ok &= (v >= c.lo) & (v < c.hi)
+            fill = np.array(self.pad).astype(x.dtype) if x.dtype != np.bool_ else bool(self.pad)
+            out = np.where(ok, out, fill)
+        return out
+
+
+def _same_pad(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def make(out_shape: Sequence[int], in_shape: Sequence[int], index: Sequence[Expr],
+         mask: Sequence[Cond] = (), pad: float = 0.0) -> IndexMap:
+    """Build a map, dropping mask conditions that always hold."""
+    out_shape = tuple(int(s) for s in out_shape)
+    kept = []
+    for c in mask:
+        lo, hi = ix.bounds(c.expr, out_shape)
+        if lo >= c.lo and hi < c.hi:
+            continue
+        if c not in kept:
+            kept.append(c)
+    return IndexMap(out_shape, tuple(int(s) for s in in_shape), tuple(index), tuple(kept), float(pad) if kept else 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Constructors, one per layout operation
+# ---------------------------------------------------------------------------------------------
+
+def identity(shape: Sequence[int]) -> IndexMap:
+    return make(shape, shape, [ix.var(d) for d in range(len(shape))])
+
+
+def reshape(in_shape: Sequence[int], out_shape: Sequence[int]) -> IndexMap:
+    in_shape, out_shape = tuple(in_shape), tuple(out_shape)
+    if math.prod(in_shape) != math.prod(out_shape):
+        raise ValueError(f"reshape {in_shape} -> {out_shape} changes the element count")
+    flat = ix.const(0)
+    stride = 1
+    for d in reversed(range(len(out_shape))):
+        flat = flat + ix.var(d) * stride
+        stride *= out_shape[d]
+    idx = []
+    stride = 1
+    strides = []
+    for d in reversed(range(len(in_shape))):
+        strides.append(stride)
+        stride *= in_shape[d]
+    strides.reverse()
+    for d, n in enumerate(in_shape):
+        idx.append(ix.mod(ix.floordiv(flat, strides[d], out_shape), n, out_shape))
+    return make(out_shape, in_shape, idx)
+
+
+def permute(in_shape: Sequence[int], perm: Sequence[int]) -> IndexMap:
+    out_shape = [in_shape[p] for p in perm]
+    idx: list[Expr] = [ix.const(0)] * len(in_shape)
+    for k, p in enumerate(perm):
+        idx[p] = ix.var(k)
+    return make(out_shape, in_shape, idx)
+
+
+def slice_(in_shape: Sequence[int], starts: Sequence[int], steps: Sequence[int], out_shape: Sequence[int]) -> IndexMap:
+    """``out[i] = in[start + step * i]`` per dimension (steps may be negative)."""
+    idx = [ix.var(d) * steps[d] + starts[d] for d in range(len(in_shape))]
+    return make(out_shape, in_shape, idx)
+
+
+def pad(in_shape: Sequence[int], begin: Sequence[int], end: Sequence[int], mode: str = "constant",
+        value: float = 0.0) -> IndexMap:
+    """Constant, reflect or edge padding; negative pads crop."""
+    out_shape = [n + b + e for n, b, e in zip(in_shape, begin, end)]
+    idx, conds = [], []
+    for d, n in enumerate(in_shape):
+        j = ix.var(d) - begin[d]
+        if mode == "constant":
+            conds.append(Cond(j, 0, n))
+        elif mode == "reflect":
+            if n > 1:
+                absj = ix.maximum(j, -1 * j, out_shape)
+                j = (n - 1) - ix.maximum((n - 1) - absj, absj - (n - 1), out_shape)
+            else:
+                j = ix.const(0)
+        elif mode == "edge":
+            j = ix.minimum(ix.maximum(j, 0, out_shape), n - 1, out_shape)
+        else:
+            raise ValueError(f"unknown pad mode {mode!r}")
+        idx.append(j)
+    return make(out_shape, in_shape, idx, conds, value)
+
+
+def broadcast(in_shape: Sequence[int], out_shape: Sequence[int]) -> IndexMap:
+    """Same rank; each input dimension equals the output's or is 1."""
+    if len(in_shape) != len(out_shape):
+        raise ValueError("broadcast needs equal ranks")
+    idx = []
+    for d, (a, b) in enumerate(zip(in_shape, out_shape)):
+        if a == b:
+            idx.append(ix.var(d))
+        elif a == 1:
+            idx.append(ix.const(0))
+        else:
+            raise ValueError(f"cannot broadcast {tuple(in_shape)} to {tuple(out_shape)}")
+    return make(out_shape, in_shape, idx)
+
+
+def flip(in_shape: Sequence[int], axes: Sequence[int]) -> IndexMap:
+    idx = [(in_shape[d] - 1) - ix.var(d) if d in axes else ix.var(d) for d in range(len(in_shape))]
+    return make(in_shape, in_shape, idx)
+
+
+def window(in_shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int], pads_begin: Sequence[int],
+           dilations: Sequence[int], out_spatial: Sequence[int], pad_value: float = 0.0) -> IndexMap:
+    """Sliding windows over the trailing ``len(kernel)`` dims: out shape is
+    ``lead + out_spatial + kernel``; positions in the padding are masked with ``pad_value``."""
+    k = len(kernel)
+    lead = list(in_shape[:-k])
+    out_shape = lead + list(out_spatial) + list(kernel)
+    idx: list[Expr] = [ix.var(d) for d in range(len(lead))]
+    conds = []
+    for s in range(k):
+        o = ix.var(len(lead) + s)
+        w = ix.var(len(lead) + k + s)
+        j = o * strides[s] + w * dilations[s] - pads_begin[s]
+        idx.append(j)
+        conds.append(Cond(j, 0, in_shape[len(lead) + s]))
+    return make(out_shape, in_shape, idx, conds, pad_value)
+
+
+def take(in_shape: Sequence[int], axis: int, indices: np.ndarray) -> IndexMap:
+    """Gather with constant indices along ``axis`` (numpy ``take``); negative indices wrap."""
+    indices = np.asarray(indices, dtype=np.int64)
+    n = in_shape[axis]
+    flat = [int(i) + n if i < 0 else int(i) for i in indices.reshape(-1)]
+    out_shape = list(in_shape[:axis]) + list(indices.shape) + list(in_shape[axis + 1:])
+    r = indices.ndim
+    pos = ix.const(0)
+    stride = 1
+    for d in reversed(range(r)):
+        pos = pos + ix.var(axis + d) * stride
+        stride *= indices.shape[d]
+    idx: list[Expr] = []
+    for d in range(len(in_shape)):
+        if d < axis:
+            idx.append(ix.var(d))
+        elif d == axis:
+            idx.append(ix.lookup(flat, pos, out_shape) if flat else ix.const(0))
+        else:
+            idx.append(ix.var(d - 1 + r))
+    return make(out_shape, in_shape, idx)
