@@ -1,0 +1,3 @@
+"""Fission rules by op family; importing this package registers them all."""
+
+from kernorch.fission.rules import constants, elementwise  # noqa: F401

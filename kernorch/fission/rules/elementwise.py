@@ -1,0 +1,52 @@
+"""Elementwise operators: one prim each, or a short chain for activations.
+
+Binary operators broadcast NumPy-style (the Builder inserts broadcast prims); scalar constants
+stay scalars so kernels read them as immediates.
+"""
+
+import numpy as np
+
+from kernorch.fission.registry import NodeContext, rule
+from kernorch.ir.prims import Op
+
+_UNARY = {"Neg": Op.NEG, "Abs": Op.ABS, "Exp": Op.EXP, "Log": Op.LOG, "Sqrt": Op.SQRT, "Reciprocal": Op.RECIP,
+          "Tanh": Op.TANH, "Erf": Op.ERF, "Sigmoid": Op.SIGMOID, "Softplus": Op.SOFTPLUS, "Relu": Op.RELU,
+          "Floor": Op.FLOOR, "Ceil": Op.CEIL, "Round": Op.ROUND, "Sin": Op.SIN, "Cos": Op.COS, "Sign": Op.SIGN,
+          "Not": Op.NOT, "IsNaN": Op.ISNAN}
+_BINARY = {"Add": Op.ADD, "Sub": Op.SUB, "Mul": Op.MUL, "Div": Op.DIV, "Pow": Op.POW, "Equal": Op.EQ,
+           "Less": Op.LT, "LessOrEqual": Op.LE, "Greater": Op.GT, "GreaterOrEqual": Op.GE, "And": Op.AND,
+           "Or": Op.OR, "Xor": Op.XOR}
+
+
+def scalar_like(ctx: NodeContext, value: float, like: int) -> int:
+    """A rank-0 constant of ``like``'s dtype."""
+    return ctx.b.scalar(value, ctx.b.type(like).dtype)
+
+
+@rule(*_UNARY)
+def unary(ctx: NodeContext):
+    return [ctx.b.unary(_UNARY[ctx.op_type], ctx.x(0))]
+
+
+@rule(*_BINARY)
+def binary(ctx: NodeContext):
+    a, b = ctx.x(0), ctx.x(1)
+    if ctx.op_type == "Pow" and ctx.dtype(1) != ctx.dtype(0):
+        b = ctx.b.cast(b, ctx.dtype(0))
+    return [ctx.b.binary(_BINARY[ctx.op_type], a, b)]
+
+
+@rule("Identity", "Dropout")
+def identity(ctx: NodeContext):
+    outs = [ctx.x(0)]
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        outs.append(ctx.b.constant(np.ones(ctx.shape(0), dtype=bool)))
+    return outs
+
+
+@rule("Cast")
+def cast(ctx: NodeContext):
+    import onnx
+
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(ctx.attr("to")).name
+    return [ctx.b.cast(ctx.x(0), dtype)]

@@ -1,0 +1,333 @@
+"""The binary program over plain arrays: pick candidates of least total cost that write every
+required value and whose reads are all written by picked candidates, in an executable order.
+Problem -> Solution. Knows nothing of dags or the IR.
+
+Note [multi-output deadlock]
+Covering constraints do not give an order: two multi-output kernels may each read a value only
+the other writes (x->t1, x->a, y->t2, y->b, t1->b, t2->a; kernels {x,t1,a} and {y,t2,b}). After
+each solve we run the picked kernels (any whose reads are available) until none can start. If
+some are stuck, let A be the values written by the kernels that did run, and C a sink strongly
+connected component of "stuck r needs a value that stuck q would write" (a closed set of stuck
+kernels). In any executable plan containing all of C, the first member of C to run reads a value
+outside A that a kernel outside C writes; no kernel of this solution outside C writes it, so it
+is one of U = {unpicked kernels writing a value some member of C misses}. Hence the cut
+    sum_{c in C} x_c - sum_{q in U} x_q <= |C| - 1
+keeps every executable plan and removes this one; add it and solve again. (Forbidding C alone,
+sum x_c <= |C| - 1, could remove an executable plan that adds a kernel from U.)
+Single-output kernels never deadlock: a kernel reading a value v = sink(p) contains a reader
+of v, and every member reaches the kernel's own sink, so sink(p) precedes its sink in
+topological order; running kernels by sink position is always executable.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernorch.errors import KernorchError
+
+
+class SolverError(KernorchError):
+    """The binary program has no solution (a required value no candidate writes) or none was
+    found in the time limit."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Candidate k costs `costs[k]`, writes the values `writes[k]` and needs `reads[k]` written by
+    another picked candidate (values available from outside are simply not listed). `order_key`
+    (optional) breaks ties when ordering picked kernels: smaller runs first."""
+
+    costs: Sequence[float]
+    writes: Sequence[Sequence[Hashable]]
+    reads: Sequence[Sequence[Hashable]]
+    required: Sequence[Hashable]
+    order_key: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """What the solver did: `optimal` is False after a time limit or a fallback to `start`."""
+
+    backend: str
+    status: str
+    optimal: bool
+    objective: float
+    bound: float
+    gap: float
+    time_s: float
+    rounds: int
+    cuts: int
+    n_vars: int
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class Solution:
+    """Picked candidate indices in an executable order."""
+
+    chosen: tuple[int, ...]
+    report: SolveReport
+
+
+@dataclass(frozen=True)
+class _Raw:
+    status: str
+    optimal: bool
+    x: np.ndarray | None
+    bound: float
+
+
+class _Model:
+    """Rows of the program in CSR form. Column k < n is x_k; column n + j is y_j, the continuous
+    "value j is written" of the j-th read value (x_k <= y_j <= sum of its writers)."""
+
+    def __init__(self, p: Problem) -> None:
+        n = len(p.costs)
+        writers: dict[Hashable, list[int]] = {}
+        for k, ws in enumerate(p.writes):
+            for v in dict.fromkeys(ws):
+                writers.setdefault(v, []).append(k)
+        self.writers = writers
+        readers: dict[Hashable, list[int]] = {}
+        for k, rs in enumerate(p.reads):
+            for v in dict.fromkeys(rs):
+                readers.setdefault(v, []).append(k)
+        self.upper = np.ones(n)
+        y_of = {}
+        for v, ks in readers.items():
+            if v in writers:
+                y_of[v] = n + len(y_of)
+            else:
+                self.upper[ks] = 0.0
+        self.n_x = n
+        self.n_cols = n + len(y_of)
+        self.indptr, self.indices, self.data, self.lo, self.hi = [0], [], [], [], []
+        for v in dict.fromkeys(p.required):
+            if v not in writers:
+                raise SolverError(f"required value {v!r} is written by no candidate")
+            self.add_row(writers[v], [1.0] * len(writers[v]), 1.0, math.inf)
+        for v, col in y_of.items():
+            self.add_row([col, *writers[v]], [1.0] + [-1.0] * len(writers[v]), -math.inf, 0.0)
+            for k in readers[v]:
+                self.add_row([k, col], [1.0, -1.0], -math.inf, 0.0)
+        self.y_of = y_of
+        self.base_rows = len(self.lo)
+
+    def add_row(self, cols: Sequence[int], vals: Sequence[float], lo: float, hi: float) -> None:
+        self.indices.extend(cols)
+        self.data.extend(vals)
+        self.indptr.append(len(self.indices))
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def start_vector(self, chosen: Sequence[int]) -> np.ndarray:
+        x = np.zeros(self.n_cols)
+        x[list(chosen)] = 1.0
+        for v, col in self.y_of.items():
+            x[col] = min(1.0, float(sum(x[k] for k in self.writers[v])))
+        return x
+
+
+def order_kernels(p: Problem, chosen: Sequence[int]) -> tuple[list[int], list[int], set[Hashable]]:
+    """Run picked kernels whose reads are available, smallest `order_key` first, until none can
+    start. Returns (ran in order, stuck, values written by the kernels that ran)."""
+    key = p.order_key if p.order_key is not None else range(len(p.costs))
+    missing = {k: set(p.reads[k]) for k in chosen}
+    waiting: dict[Hashable, list[int]] = {}
+    for k, ms in missing.items():
+        for v in ms:
+            waiting.setdefault(v, []).append(k)
+    ready = [(key[k], k) for k, ms in missing.items() if not ms]
+    heapq.heapify(ready)
+    avail: set[Hashable] = set()
+    ran: list[int] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        ran.append(k)
+        for v in p.writes[k]:
+            if v in avail:
+                continue
+            avail.add(v)
+            for r in waiting.pop(v, ()):
+                missing[r].discard(v)
+                if not missing[r]:
+                    heapq.heappush(ready, (key[r], r))
+    done = set(ran)
+    return ran, [k for k in chosen if k not in done], avail
+
+
+def deadlock_cuts(p: Problem, writers: dict[Hashable, list[int]], chosen: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """(C, U) pairs, one per sink component of the stuck kernels. See Note [multi-output deadlock]."""
+    _, stuck, avail = order_kernels(p, chosen)
+    if not stuck:
+        return []
+    picked = set(chosen)
+    stuck_set = set(stuck)
+    miss = {r: [v for v in dict.fromkeys(p.reads[r]) if v not in avail] for r in stuck}
+    edges = {r: sorted({q for v in miss[r] for q in writers.get(v, ()) if q in stuck_set}) for r in stuck}
+    cuts = []
+    for comp in _sink_components(stuck, edges):
+        lacking = {v for c in comp for v in miss[c]}
+        unpicked = sorted({q for v in lacking for q in writers.get(v, ()) if q not in picked})
+        cuts.append((sorted(comp), unpicked))
+    return cuts
+
+
+def _sink_components(nodes: Sequence[int], edges: dict[int, list[int]]) -> list[list[int]]:
+    """Strongly connected components with no edge to another component (iterative Tarjan)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    comp_of: dict[int, int] = {}
+    comps: list[list[int]] = []
+    stack: list[int] = []
+    on_stack: set[int] = set()
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, i = work[-1]
+            if i < len(edges[v]):
+                work[-1] = (v, i + 1)
+                w = edges[v][i]
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp_of[w] = len(comps)
+                    comp.append(w)
+                    if w == v:
+                        break
+                comps.append(comp)
+    return [c for i, c in enumerate(comps) if all(comp_of[w] == i for v in c for w in edges[v])]
+
+
+def solve(
+    p: Problem,
+    *,
+    time_limit_s: float = 60.0,
+    mip_rel_gap: float = 1e-6,
+    backend: str = "highs",
+    start: Sequence[int] | None = None,
+    max_rounds: int = 100,
+) -> Solution:
+    """Minimum-cost executable selection. `start` (an executable selection, e.g. a baseline) warms
+    the highs backend and is returned, labelled not optimal, if no executable solution is found in
+    time. Deadlocks are cut and re-solved (Note [multi-output deadlock])."""
+    t0 = time.perf_counter()
+    model = _Model(p)
+    costs = np.asarray(p.costs, dtype=float)
+    run = {"highs": _run_highs, "scipy": _run_scipy}.get(backend)
+    if run is None:
+        raise ValueError(f"unknown solver backend {backend!r}; use 'highs' or 'scipy'")
+    rounds = cuts = 0
+    while True:
+        rounds += 1
+        left = max(0.01, time_limit_s - (time.perf_counter() - t0))
+        raw = run(model, costs, left, mip_rel_gap, start)
+        if raw.x is None:
+            return _fallback(p, model, start, raw.status, raw.bound, t0, rounds, cuts, backend)
+        chosen = [k for k in range(model.n_x) if raw.x[k] > 0.5]
+        found = deadlock_cuts(p, model.writers, chosen)
+        if not found:
+            ordered, _, _ = order_kernels(p, chosen)
+            obj = float(costs[ordered].sum())
+            return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound, t0, rounds, cuts, model))
+        if rounds >= max_rounds or time.perf_counter() - t0 > time_limit_s:
+            return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound, t0, rounds, cuts, backend)
+        for comp, unpicked in found:
+            model.add_row([*comp, *unpicked], [1.0] * len(comp) + [-1.0] * len(unpicked), -math.inf, len(comp) - 1.0)
+            cuts += 1
+
+
+def _fallback(
+    p: Problem, model: _Model, start: Sequence[int] | None, status: str, bound: float, t0: float, rounds: int, cuts: int, backend: str
+) -> Solution:
+    if start is None:
+        raise SolverError(f"no executable solution found ({status}) and no start solution given")
+    ordered, stuck, _ = order_kernels(p, start)
+    if stuck:
+        raise SolverError(f"start solution is not executable: kernels {stuck} never become ready")
+    obj = float(sum(p.costs[k] for k in ordered))
+    return Solution(tuple(ordered), _report(backend, f"fallback to start ({status})", False, obj, bound, t0, rounds, cuts, model))
+
+
+def _report(
+    backend: str, status: str, optimal: bool, obj: float, bound: float, t0: float, rounds: int, cuts: int, m: _Model
+) -> SolveReport:
+    bound = min(bound, obj) if math.isfinite(bound) else bound
+    gap = 0.0 if optimal else (abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf)
+    return SolveReport(backend, status, optimal, obj, bound, gap, time.perf_counter() - t0, rounds, cuts, m.n_cols, len(m.lo))
+
+
+def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, start: Sequence[int] | None) -> _Raw:
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_rel_gap", float(gap))
+    h.setOptionValue("threads", 1)
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_ = m.n_cols
+    lp.num_row_ = len(m.lo)
+    lp.col_cost_ = np.concatenate([costs, np.zeros(m.n_cols - m.n_x)])
+    lp.col_lower_ = np.zeros(m.n_cols)
+    lp.col_upper_ = np.concatenate([m.upper, np.ones(m.n_cols - m.n_x)])
+    lp.row_lower_ = np.array([max(v, -inf) for v in m.lo])
+    lp.row_upper_ = np.array([min(v, inf) for v in m.hi])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.asarray(m.indptr, dtype=np.int32)
+    lp.a_matrix_.index_ = np.asarray(m.indices, dtype=np.int32)
+    lp.a_matrix_.value_ = np.asarray(m.data, dtype=float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * m.n_x + [highspy.HighsVarType.kContinuous] * (m.n_cols - m.n_x)
+    h.passModel(lp)
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(m.start_vector(start))
+        h.setSolution(sol)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    info = h.getInfo()
+    has_x = info.primal_solution_status == 2
+    x = np.asarray(h.getSolution().col_value) if has_x else None
+    return _Raw(status, status == "Optimal", x, float(info.mip_dual_bound))
+
+
+def _run_scipy(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, start: Sequence[int] | None) -> _Raw:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_array
+
+    a = csr_array((m.data, m.indices, m.indptr), shape=(len(m.lo), m.n_cols))
+    integrality = np.concatenate([np.ones(m.n_x), np.zeros(m.n_cols - m.n_x)])
+    res = milp(
+        np.concatenate([costs, np.zeros(m.n_cols - m.n_x)]),
+        integrality=integrality,
+        bounds=Bounds(np.zeros(m.n_cols), np.concatenate([m.upper, np.ones(m.n_cols - m.n_x)])),
+        constraints=[LinearConstraint(a, np.array(m.lo), np.array(m.hi))] if m.lo else [],
+        options={"time_limit": float(time_limit_s), "mip_rel_gap": float(gap), "disp": False},
+    )
+    bound = getattr(res, "mip_dual_bound", math.nan)
+    return _Raw(res.message, res.status == 0, res.x if res.x is not None else None, float(bound if bound is not None else math.nan))
