@@ -48,4 +48,4 @@ def test_sigkill_mid_run_leaves_a_usable_database(tmp_path):
     db = TuningDB(path)
     n = db.count()
     assert n > 50
-    assert db.get("k10", "cpu", "v")["c"].seconds == 10e-6
+    assert db.get("k10", "cpu", "v")["c"].seconds == 10 * 1e-6
