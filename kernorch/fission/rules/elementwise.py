@@ -38,6 +38,10 @@ def binary(ctx: NodeContext):
 
 @rule("Identity", "Dropout")
 def identity(ctx: NodeContext):
+    if ctx.op_type == "Dropout" and ctx.has_input(2):
+        mode = ctx.const(2)
+        if mode is None or bool(mode):  # a runtime training_mode would silently be ignored otherwise
+            raise ctx.unsupported("training-mode Dropout (random masks) is not supported")
     outs = [ctx.x(0)]
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
         outs.append(ctx.b.constant(np.ones(ctx.shape(0), dtype=bool)))
