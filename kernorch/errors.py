@@ -27,3 +27,7 @@ class CompilerError(KernorchError):
 
 class VerificationError(KernorchError):
     """A generated kernel disagrees with the reference interpreter."""
+
+
+class ExportError(KernorchError):
+    """A PyTorch module could not be exported to ONNX."""
