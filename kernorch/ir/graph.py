@@ -165,8 +165,8 @@ def verify(g: Graph) -> None:
                 raise GraphError(f"{p.op.value} reads %{v} before it is defined")
         if p.output in defined:
             raise GraphError(f"%{p.output} is defined twice")
-        want = infer_type(p.op, [g.types[v] for v in p.inputs], p.attrs)
-        if p.op is not Op.OPAQUE and want != g.types[p.output]:
+        want = None if p.op is Op.OPAQUE else infer_type(p.op, [g.types[v] for v in p.inputs], p.attrs)
+        if want is not None and want != g.types[p.output]:
             raise GraphError(f"{p.op.value} -> %{p.output}: type {g.types[p.output]!r}, expected {want!r}")
         defined.add(p.output)
     for v in g.outputs:
