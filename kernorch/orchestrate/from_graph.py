@@ -1,0 +1,43 @@
+"""The adapter from a primitive graph to the orchestrator's abstract Dag (node id = output value id)."""
+
+from __future__ import annotations
+
+import math
+
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.orchestrate.dag import Dag
+
+
+def prim_flops(g: Graph, p: Prim) -> float:
+    """Arithmetic work of one prim: multiply-adds count 2, layout moves count 0."""
+    out = g.types[p.output]
+    if p.kind is Kind.ELEMENTWISE:
+        return float(out.size)
+    if p.kind is Kind.REDUCE:
+        return float(g.types[p.inputs[0]].size)
+    if p.op is Op.MATMUL:
+        return 2.0 * out.size * g.types[p.inputs[0]].shape[-1]
+    if p.op in (Op.CONV, Op.CONV_TRANSPOSE):
+        w = g.types[p.inputs[1]].shape
+        per_out = math.prod(w[1:]) if p.op is Op.CONV else w[0] // p.attrs.groups * math.prod(w[2:])
+        return 2.0 * out.size * per_out
+    if p.kind is Kind.OPAQUE:
+        return float(out.size)
+    return 0.0
+
+
+def dag_from_graph(g: Graph) -> Dag:
+    produced = {p.output for p in g.prims}
+    nodes, preds, kind, group, nbytes, flops, ext = [], {}, {}, {}, {}, {}, {}
+    for p in g.prims:
+        n = p.output
+        nodes.append(n)
+        preds[n] = tuple(dict.fromkeys(v for v in p.inputs if v in produced))
+        kind[n] = p.kind.value
+        group[n] = p.origin or f"%{n}"
+        nbytes[n] = g.types[n].nbytes
+        flops[n] = prim_flops(g, p)
+        ext[n] = sum(g.types[v].nbytes for v in dict.fromkeys(p.inputs)
+                     if v not in produced and g.types[v].shape != ())
+    return Dag(tuple(nodes), preds, frozenset(g.outputs), kind, group, nbytes, flops, ext)
