@@ -1,0 +1,146 @@
+"""PyTorch module -> primitive graph, by exporting to ONNX in memory and importing that.
+
+Going through ONNX keeps one frontend: everything the ONNX importer learns (fission rules, folding,
+opaque fallback) serves PyTorch users too. Shapes are static: the example inputs fix them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import warnings
+from typing import Any, Sequence
+
+import onnx
+
+from kernorch.errors import ExportError
+from kernorch.frontend.onnx_import import ImportReport, import_onnx
+from kernorch.ir.graph import Graph
+
+TORCHSCRIPT_OPSET = 17
+DYNAMO_OPSET = 18
+_MAX_DETAIL = 300  # characters of the exporter's own message kept in ours
+
+
+def import_torch(module, example_inputs, dynamo: bool = False, input_names: Sequence[str] | None = None,
+                 output_names: Sequence[str] | None = None) -> tuple[Graph, ImportReport]:
+    """Export ``module`` (in eval mode) on ``example_inputs`` and import the result.
+
+    ``example_inputs`` is a tensor or a tuple of tensors (positional arguments of ``forward``).
+    Input names default to the parameter names of ``forward``. ``dynamo=False`` uses the
+    TorchScript exporter (opset 17); ``dynamo=True`` the torch.export-based one (opset 18, needs
+    onnxscript)."""
+    return import_onnx(export_torch(module, example_inputs, dynamo, input_names, output_names))
+
+
+def export_torch(module, example_inputs, dynamo: bool = False, input_names: Sequence[str] | None = None,
+                 output_names: Sequence[str] | None = None) -> onnx.ModelProto:
+    """The ONNX model ``import_torch`` imports, as an in-memory ModelProto."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise ExportError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    args = _as_tuple(example_inputs)
+    names = list(input_names) if input_names is not None else _forward_names(module, len(args))
+    if len(names) != len(args):
+        raise ExportError(f"{len(names)} input names given for {len(args)} example inputs")
+    exporter = "dynamo" if dynamo else "torchscript"
+    what = f"exporting {type(module).__name__} to ONNX ({exporter} exporter) failed"
+    with _eval_mode(module), _quiet(), torch.no_grad():
+        try:
+            if dynamo:
+                proto = _export_dynamo(module, args, names, output_names)
+            else:
+                f = io.BytesIO()
+                torch.onnx.export(module, args, f, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
+                                  input_names=names, output_names=list(output_names) if output_names else None,
+                                  do_constant_folding=True)
+                proto = onnx.load_from_string(f.getvalue())
+        except ExportError:
+            raise
+        except ImportError as e:
+            raise ExportError(f"{what}: {_one_line(e)} (the dynamo exporter needs onnxscript: "
+                              f"pip install onnxscript)") from None
+        except Exception as e:  # the exporters raise many unrelated types; all mean the same to a user
+            raise ExportError(f"{what}: {type(e).__name__}: {_one_line(e)}") from None
+    return proto
+
+
+def _export_dynamo(module, args, names, output_names) -> onnx.ModelProto:
+    import torch
+
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise ExportError("the dynamo exporter needs onnxscript (pip install onnxscript); "
+                          "or use dynamo=False") from None
+    prog = torch.onnx.export(module, args, dynamo=True, opset_version=DYNAMO_OPSET, input_names=names,
+                             output_names=list(output_names) if output_names else None, verbose=False,
+                             external_data=False, optimize=True)
+    if prog is None:
+        raise ExportError("the dynamo exporter returned no program")
+    return prog.model_proto
+
+
+def _as_tuple(example_inputs) -> tuple:
+    import torch
+
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else example_inputs
+    if not isinstance(args, (tuple, list)) or not args:
+        raise ExportError("example_inputs must be a tensor or a non-empty tuple of tensors")
+    for k, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise ExportError(f"example input {k} is a {type(a).__name__}, expected a torch.Tensor")
+    return tuple(args)
+
+
+def _forward_names(module, n: int) -> list[str]:
+    """Names of the first ``n`` positional parameters of ``forward``, else input_0, input_1, ..."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        names.append(p.name)
+    if len(names) >= n and len(set(names[:n])) == n:
+        return names[:n]
+    return [f"input_{k}" for k in range(n)]
+
+
+@contextlib.contextmanager
+def _eval_mode(module):
+    """Export in eval mode (dropout off, batch norm on running stats); restore the user's flags after."""
+    flags = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        yield
+    finally:
+        for m, t in flags.items():
+            m.training = t
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporters warn and log a lot that is not actionable for kernorch users."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def _one_line(e: Any) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    s = lines[0] if lines else type(e).__name__
+    return s if len(s) <= _MAX_DETAIL else s[:_MAX_DETAIL - 3] + "..."
