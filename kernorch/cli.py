@@ -1,0 +1,178 @@
+"""The ``kernorch`` command (also ``python -m kernorch``).
+
+Every user-facing failure is a KernorchError and prints as one line ``kernorch: error: ...`` with
+exit status 2, never a traceback. A command is a subparser whose ``func(args) -> int`` returns the
+exit status; later stages (compile, run, bench) add theirs in ``build_parser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Sequence
+
+from kernorch.errors import KernorchError
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+
+
+# ---------------------------------------------------------------------------------------------
+# shared options
+# ---------------------------------------------------------------------------------------------
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
+    p.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[],
+                   help="pin the shape of an input with dynamic dimensions (repeatable)")
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
+    """``["x=1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``; one-line error on a malformed spec."""
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d <= 0 for d in shape):
+            raise KernorchError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with positive integers")
+        out[name] = shape
+    return out
+
+
+def _import(args) -> tuple:
+    from kernorch.frontend.onnx_import import import_onnx
+
+    shapes = parse_input_shapes(args.input_shape) or None
+    t0 = time.perf_counter()
+    graph, report = import_onnx(args.model, input_shapes=shapes)
+    return graph, report, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# kernorch inspect
+# ---------------------------------------------------------------------------------------------
+
+def cmd_inspect(args) -> int:
+    from kernorch.frontend.summary import summarize
+
+    graph, report, secs = _import(args)
+    s = summarize(graph, report, secs)
+    if args.json:
+        print(json.dumps({"model": args.model, **asdict(s)}, indent=2))
+        return EXIT_OK
+    nodes = sum(s.op_histogram.values())
+    print(f"model     {args.model}")
+    for name, t in s.inputs:
+        print(f"input     {name}: {t}")
+    for name, t in s.outputs:
+        print(f"output    {name}: {t}")
+    print(f"import    {secs:.3f} s  ({nodes} ONNX nodes -> {s.prims} primitives; {s.folded} nodes folded)")
+    print(f"width     {s.width} live values (max along the topological order)")
+    print(f"weights   {s.constants} constants, {_bytes(s.constant_bytes)}")
+    _table(f"ONNX ops ({nodes} nodes, {len(s.op_histogram)} types)", s.op_histogram)
+    _table(f"primitives by kind ({s.prims})", s.prims_by_kind)
+    _table(f"opaque ops, kept whole ({sum(s.opaque.values())})", s.opaque)
+    return EXIT_OK
+
+
+def _table(title: str, rows: dict[str, int]) -> None:
+    print(f"\n{title}")
+    if not rows:
+        print("  (none)")
+    w = max((len(k) for k in rows), default=0)
+    for k, n in rows.items():
+        print(f"  {k:<{w}}  {n:>6}")
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# kernorch check
+# ---------------------------------------------------------------------------------------------
+
+def cmd_check(args) -> int:
+    from kernorch.frontend.inputs import describe_inputs, random_inputs
+    from kernorch.frontend.reference import compare, run_interpreter, run_onnxruntime
+
+    graph, report, secs = _import(args)
+    feeds = random_inputs(graph, seed=args.seed)
+    print(f"model     {args.model}")
+    print(f"inputs    {describe_inputs(graph)} (random, seed {args.seed})")
+    opaque = sum(n for n in report.opaque.values())
+    print(f"import    {secs:.3f} s  ({len(graph.prims)} primitives, {opaque} opaque)")
+    t0 = time.perf_counter()
+    got = run_interpreter(graph, feeds)
+    t1 = time.perf_counter()
+    ref = run_onnxruntime(args.model, feeds)
+    print(f"run       interpreter {t1 - t0:.3f} s, onnxruntime {time.perf_counter() - t1:.3f} s")
+    rows = compare(got, ref, tol=args.tol)
+    w = max([len("output")] + [len(r.name) for r in rows])
+    print(f"\n  {'output':<{w}}  {'shape':<18} {'max abs err':>12} {'max rel err':>12}")
+    for r in rows:
+        shape = "[" + ",".join(map(str, r.shape)) + "]"
+        verdict = "ok" if r.ok else "MISMATCH"
+        print(f"  {r.name:<{w}}  {shape:<18} {r.max_abs:>12.3e} {r.max_rel:>12.3e}  {verdict}")
+    bad = [r.name for r in rows if not r.ok]
+    if bad:
+        print(f"\nMISMATCH: {len(bad)} of {len(rows)} output(s) differ from onnxruntime beyond "
+              f"{args.tol:g} * max(1, max|ref|): {', '.join(bad)}")
+        return EXIT_MISMATCH
+    print(f"\nOK: {len(rows)} output(s) match onnxruntime (max abs err <= {args.tol:g} * max(1, max|ref|))")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# parser and entry point
+# ---------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kernorch", description="Optimal kernel orchestration for ONNX / PyTorch models.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    q = sub.add_parser("inspect", help="import a model and print what kernorch sees",
+                       description="Import MODEL (fission into primitives) and print its ONNX op histogram, "
+                                   "primitive counts by kind, opaque ops, graph width and import time.")
+    _add_model_args(q)
+    q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.set_defaults(func=cmd_inspect)
+
+    q = sub.add_parser("check", help="check the imported model against onnxruntime",
+                       description="Import MODEL, run the primitive graph through the reference interpreter "
+                                   "and the ONNX model through onnxruntime on the same seeded random inputs, "
+                                   "and compare every output. Exit status 1 on a mismatch.")
+    _add_model_args(q)
+    q.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    q.add_argument("--tol", type=float, default=1e-4,
+                   help="mismatch when max abs err > TOL * max(1, max|ref|) (default 1e-4)")
+    q.set_defaults(func=cmd_check)
+
+    # compile / run / bench: add_parser(...) here with set_defaults(func=...)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KernorchError as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"kernorch: error: {msg}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("kernorch: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
