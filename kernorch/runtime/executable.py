@@ -1,0 +1,146 @@
+"""The compiled model: an ordered list of built kernels over planned, reused buffers.
+
+Calling it checks the inputs (one-line errors naming the input), runs each kernel on
+preallocated slot tensors, and returns fresh output tensors (so results survive the next call).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from kernorch.frontend.inputs import check_inputs
+from kernorch.ir.graph import Graph
+from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
+
+
+class RuntimeKernel(Protocol):
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None: ...
+
+
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64,
+                "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+                "int16": torch.int16, "bfloat16": torch.bfloat16}
+
+
+def to_tensor(a: Any) -> torch.Tensor:
+    if isinstance(a, torch.Tensor):
+        return a.contiguous()
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+@dataclass
+class KernelInfo:
+    """What the summary reports about one kernel."""
+
+    members: tuple[int, ...]
+    ops: tuple[str, ...]
+    provider: str
+    seconds: float | None
+
+
+@dataclass
+class Signature:
+    """Just enough of the graph to check inputs and name outputs (no weights)."""
+
+    graph: Graph
+    output_names: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def of(g: Graph) -> Signature:
+        s = Graph()
+        s.inputs = list(g.inputs)
+        s.outputs = list(g.outputs)
+        s.types = {v: g.types[v] for v in list(g.inputs) + list(g.outputs)}
+        s.names = {v: g.name(v) for v in list(g.inputs) + list(g.outputs)}
+        return Signature(s, [g.name(v) for v in g.outputs])
+
+
+class Executable:
+    """Runs kernels in order. ``types`` gives (shape, dtype) of every value a kernel touches."""
+
+    def __init__(self, sig: Signature, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo],
+                 types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any]) -> None:
+        self.sig = sig
+        self.kernels = list(kernels)
+        self.infos = list(infos)
+        self.types = types
+        self.constants = {v: to_tensor(a) for v, a in constants.items()}
+        external = set(self.constants) | set(sig.graph.inputs)
+        steps = [Step(tuple(k.inputs), tuple(k.outputs)) for k in self.kernels]
+        numel = {v: (math.prod(s), d) for v, (s, d) in types.items()}
+        self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs))
+        self._views: list[dict[int, torch.Tensor]] | None = None
+
+    def _arena(self) -> list[dict[int, torch.Tensor]]:
+        if self._views is None:
+            slots = [torch.empty(n, dtype=TORCH_DTYPES[d]) for n, d in self.memory.slots]
+            self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
+        return self._views
+
+    def run_ids(self, feeds: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        views = self._arena()
+        env: dict[int, torch.Tensor] = dict(self.constants)
+        env.update(feeds)
+        outs_set = self.memory.output_values
+        for k, kern in enumerate(self.kernels):
+            vk = views[k]
+            ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
+            outs = []
+            for v in kern.outputs:
+                if v in outs_set:
+                    if v not in env:
+                        shape, dtype = self.types[v]
+                        env[v] = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+                    outs.append(env[v])
+                else:
+                    outs.append(vk[v])
+            kern.run(ins, outs)
+        return {v: env[v] for v in self.sig.graph.outputs}
+
+    def run(self, feeds) -> dict[str, torch.Tensor]:
+        """``{input name: array}`` (or a list in input order) -> ``{output name: tensor}``."""
+        checked = check_inputs(self.sig.graph, feeds)
+        out = self.run_ids({v: to_tensor(a) for v, a in checked.items()})
+        return {self.sig.graph.name(v): t for v, t in out.items()}
+
+    def __call__(self, *args):
+        checked = check_inputs(self.sig.graph, list(args))
+        out = self.run_ids({v: to_tensor(a) for v, a in checked.items()})
+        vals = [out[v] for v in self.sig.graph.outputs]
+        if args and all(isinstance(a, np.ndarray) for a in args):
+            vals = [t.numpy() for t in vals]
+        return vals[0] if len(vals) == 1 else tuple(vals)
+
+    def profile(self, feeds, repeat: int = 10) -> list[float]:
+        """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronous)."""
+        checked = check_inputs(self.sig.graph, feeds)
+        feeds_t = {v: to_tensor(a) for v, a in checked.items()}
+        times = [[] for _ in self.kernels]
+        views = self._arena()
+        for _ in range(repeat):
+            env: dict[int, torch.Tensor] = dict(self.constants)
+            env.update(feeds_t)
+            for k, kern in enumerate(self.kernels):
+                vk = views[k]
+                ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
+                outs = []
+                for v in kern.outputs:
+                    if v in vk:
+                        outs.append(vk[v])
+                    else:
+                        shape, dtype = self.types[v]
+                        env.setdefault(v, torch.empty(shape, dtype=TORCH_DTYPES[dtype]))
+                        outs.append(env[v])
+                t0 = time.perf_counter()
+                kern.run(ins, outs)
+                times[k].append(time.perf_counter() - t0)
+        return [float(np.median(t)) for t in times]
