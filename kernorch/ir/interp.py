@@ -123,7 +123,7 @@ def eval_opaque(p: Prim, args: Sequence[np.ndarray]) -> np.ndarray:
     node = onnx.NodeProto()
     node.ParseFromString(p.attrs.node)
     ref = ReferenceEvaluator(_single_node_model(node, args, p.attrs.opset))
-    feeds = {n: a for n, a in zip(node.input, args) if n}
+    feeds = dict(zip([n for n in node.input if n], args))  # omitted optional inputs are not in args
     return ref.run(None, feeds)[0]
 
 
