@@ -40,12 +40,18 @@ def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
         where = str(model)
         if not os.path.exists(where):
             raise ModelLoadError(f"{where}: no such file")
+        if os.path.isfile(where) and os.path.getsize(where) == 0:
+            raise ModelLoadError(f"{where}: not a readable ONNX model (empty file)")
         try:
             proto = onnx.load(where)
         except Exception as e:  # protobuf raises DecodeError and friends
             raise ModelLoadError(f"{where}: not a readable ONNX model ({type(e).__name__})") from None
     if not proto.graph.node and not proto.graph.output:
         raise ModelLoadError(f"{where}: the ONNX graph is empty")
+    for node in proto.graph.node:  # before the checker, whose message would not name the node
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
+            raise UnsupportedOpError(f"operator {node.op_type} (node {node.name or node.output[0]!r}) has no "
+                                     f"fission rule and no reference implementation (not a standard ONNX op)")
     try:
         onnx.checker.check_model(proto)
     except Exception as e:
@@ -65,8 +71,11 @@ def _tensor_type(vi: onnx.ValueInfoProto, pinned: Mapping[str, Sequence[int]] | 
             shape.append(d.dim_value)
         else:
             sym = d.dim_param or "?"
-            raise DynamicShapeError(
+            err = DynamicShapeError(
                 f"input {vi.name!r} has a dynamic dimension {k} ({sym!r}); pin it with input_shapes={{{vi.name!r}: [...]}}")
+            err.input, err.dim, err.symbol = vi.name, k, sym  # lets the CLI say the same in its own syntax
+            err.example = [x.dim_value if x.HasField("dim_value") and x.dim_value > 0 else 1 for x in tt.shape.dim]
+            raise err
     return TensorType(tuple(shape), dtype)
 
 
