@@ -109,6 +109,8 @@ def reshape(in_shape: Sequence[int], out_shape: Sequence[int]) -> IndexMap:
     in_shape, out_shape = tuple(in_shape), tuple(out_shape)
     if math.prod(in_shape) != math.prod(out_shape):
         raise ValueError(f"reshape {in_shape} -> {out_shape} changes the element count")
+    if 0 in in_shape:  # nothing to read: any index is right, and mod by a zero size is undefined
+        return make(out_shape, in_shape, [ix.const(0)] * len(in_shape))
     flat = ix.const(0)
     stride = 1
     for d in reversed(range(len(out_shape))):
