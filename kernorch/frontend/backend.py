@@ -5,15 +5,39 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
 from kernorch.frontend.onnx_import import import_onnx
 from kernorch.ir import interp
 
 
+# Inputs that only carry shape arguments (target shapes, axes, pads, sizes): the output shape
+# (or a view's pad value) depends on their values, and kernorch compiles static graphs, so the harness binds them as
+# constants -- what a user does by making them initializers. Data inputs are never bound.
+SHAPE_ARGS: dict[str, set[int]] = {
+    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3}, "Squeeze": {1},
+    "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Upsample": {1}, "ConstantOfShape": {0},
+    "TopK": {1}, "OneHot": {1}, "Range": {0, 1, 2}, "CenterCropPad": {1},
+    **{f"Reduce{r}": {1} for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp",
+                                   "SumSquare")},
+}
+
+
+def shape_arg_inputs(model: onnx.ModelProto) -> set[str]:
+    """Graph inputs consumed only in shape-argument positions."""
+    uses: dict[str, bool] = {}
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name:
+                uses[name] = uses.get(name, True) and k in SHAPE_ARGS.get(node.op_type, ())
+    return {i.name for i in model.graph.input if uses.get(i.name, False)}
+
+
 class KernorchRep(BackendRep):
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
+        self.static = shape_arg_inputs(model)
         self._graphs: dict[tuple, object] = {}
 
     def run(self, inputs, **kwargs):
@@ -24,9 +48,15 @@ class KernorchRep(BackendRep):
             names = [i.name for i in self.model.graph.input if i.name not in init]
             feeds = dict(zip(names, inputs))
         shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
-        key = tuple(sorted(shapes.items()))
+        bound = {k: np.asarray(v) for k, v in feeds.items() if k in self.static}
+        key = (tuple(sorted(shapes.items())), tuple((k, v.tobytes()) for k, v in sorted(bound.items())))
         if key not in self._graphs:
-            self._graphs[key] = import_onnx(self.model, input_shapes=shapes)[0]
+            model = self.model
+            if bound:
+                model = onnx.ModelProto()
+                model.CopyFrom(self.model)
+                model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in bound.items())
+            self._graphs[key] = import_onnx(model, input_shapes=shapes)[0]
         g = self._graphs[key]
         by_name = {g.name(v): v for v in g.inputs}
         out = interp.run(g, {by_name[k]: np.asarray(a) for k, a in feeds.items() if k in by_name})
