@@ -1,3 +1,5 @@
 """Fission rules by op family; importing this package registers them all."""
 
 from kernorch.fission.rules import constants, elementwise  # noqa: F401
+from kernorch.fission.rules import shape_ops  # noqa: F401
+from kernorch.fission.rules import indexing  # noqa: F401

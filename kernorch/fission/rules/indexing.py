@@ -1,0 +1,154 @@
+"""Indexing operators: Concat, Split, Slice, Pad, Tile, Gather. Each output is one view (an
+IndexMap) of its input, or one concat prim; indices and pads must be constants so that the map
+is static. Gather with data-dependent indices has no view form and is rejected."""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from kernorch.fission.registry import NodeContext, rule
+from kernorch.fission.rules.shape_ops import int_list, norm_axis
+from kernorch.ir import index as ix
+from kernorch.ir import layout
+
+
+@rule("Concat")
+def concat(ctx: NodeContext):
+    xs = [v for v in ctx.inputs if v is not None]
+    rank = len(ctx.b.shape(xs[0]))
+    return [ctx.b.concat(xs, norm_axis(ctx, ctx.attr("axis", 1), rank))]
+
+
+@rule("Split")
+def split(ctx: NodeContext):
+    s = ctx.shape(0)
+    axis = norm_axis(ctx, ctx.attr("axis", 0), len(s))
+    n = s[axis]
+    sizes = int_list(ctx, "split", 1, "split")
+    if sizes is None:
+        parts = ctx.attr("num_outputs") or len(ctx.node.output)
+        chunk = -(-n // parts)
+        sizes = [min(chunk, max(n - k * chunk, 0)) for k in range(parts)]
+    if sum(sizes) != n or len(sizes) != len(ctx.node.output):
+        raise ctx.unsupported(f"split sizes {sizes} do not divide axis {axis} of size {n} into "
+                              f"{len(ctx.node.output)} outputs")
+    outs, start = [], 0
+    for size in sizes:
+        starts = [start if d == axis else 0 for d in range(len(s))]
+        shape = [size if d == axis else m for d, m in enumerate(s)]
+        outs.append(ctx.b.view(ctx.x(0), layout.slice_(s, starts, [1] * len(s), shape)))
+        start += size
+    return outs
+
+
+def clamp_slice(start: int, end: int, step: int, n: int) -> tuple[int, int]:
+    """ONNX Slice semantics for one axis: the first index and the length."""
+    if step == 0:
+        raise ValueError("slice step 0")
+    start = start + n if start < 0 else start
+    end = end + n if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+        length = max(0, -(-(end - start) // step))
+    else:
+        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+        length = max(0, -(-(start - end) // -step))
+    return start, length
+
+
+@rule("Slice")
+def slice_op(ctx: NodeContext):
+    s = ctx.shape(0)
+    if ctx.attr("starts") is not None:  # opset 1-9: attributes
+        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        axes, steps = ctx.attr("axes"), None
+    else:
+        starts = [int(v) for v in ctx.require_const(1, "starts").reshape(-1)]
+        ends = [int(v) for v in ctx.require_const(2, "ends").reshape(-1)]
+        axes = ctx.require_const(3, "axes").reshape(-1).tolist() if ctx.has_input(3) else None
+        steps = ctx.require_const(4, "steps").reshape(-1).tolist() if ctx.has_input(4) else None
+    axes = list(range(len(starts))) if axes is None else [norm_axis(ctx, int(a), len(s)) for a in axes]
+    steps = [1] * len(starts) if steps is None else [int(v) for v in steps]
+    first, step, shape = [0] * len(s), [1] * len(s), list(s)
+    for a, st, en, sp in zip(axes, starts, ends, steps):
+        if sp == 0:
+            raise ctx.unsupported("slice step 0")
+        first[a], shape[a] = clamp_slice(int(st), int(en), sp, s[a])
+        step[a] = sp
+    return [ctx.b.view(ctx.x(0), layout.slice_(s, first, step, shape))]
+
+
+def _pad_map(in_shape, begin, end, mode: str, value: float) -> layout.IndexMap:
+    """layout.pad for constant/edge/reflect within one period; wrap and wider reflect through mod."""
+    wide = mode == "reflect" and any(max(b, e) > n - 1 for n, b, e in zip(in_shape, begin, end))
+    if mode in ("constant", "edge") or (mode == "reflect" and not wide):
+        return layout.pad(in_shape, begin, end, mode, value)
+    if mode not in ("wrap", "reflect"):
+        raise ValueError(f"pad mode {mode!r}")
+    out_shape = [n + b + e for n, b, e in zip(in_shape, begin, end)]
+    idx = []
+    for d, n in enumerate(in_shape):
+        j = ix.var(d) - begin[d]
+        if mode == "wrap" or n == 1:
+            j = ix.mod(j, n, out_shape)
+        else:
+            period = 2 * (n - 1)
+            m = ix.mod(j, period, out_shape)
+            j = (n - 1) - ix.maximum((n - 1) - m, m - (n - 1), out_shape)
+        idx.append(j)
+    return layout.make(out_shape, in_shape, idx)
+
+
+@rule("Pad")
+def pad(ctx: NodeContext):
+    s = ctx.shape(0)
+    mode = ctx.attr_str("mode", "constant")
+    if ctx.attr("pads") is not None:  # opset 1-10: attributes
+        pads = [int(p) for p in ctx.attr("pads")]
+        value = float(ctx.attr("value", 0.0))
+        axes = list(range(len(s)))
+    else:
+        pads = [int(p) for p in ctx.require_const(1, "pads").reshape(-1)]
+        cv = ctx.const(2)
+        if ctx.has_input(2) and cv is None:
+            raise ctx.unsupported("constant_value (input 2) must be a constant")
+        value = float(cv.reshape(-1)[0]) if cv is not None and cv.size else 0.0
+        axes = ctx.require_const(3, "axes").reshape(-1).tolist() if ctx.has_input(3) else list(range(len(s)))
+        axes = [norm_axis(ctx, int(a), len(s)) for a in axes]
+    if len(pads) != 2 * len(axes):
+        raise ctx.unsupported(f"{len(pads)} pads for {len(axes)} axes")
+    begin, end = [0] * len(s), [0] * len(s)
+    for k, a in enumerate(axes):
+        begin[a], end[a] = pads[k], pads[len(axes) + k]
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ctx.unsupported(f"unknown pad mode {mode!r}")
+    if mode != "constant" and any(n == 0 for n, b, e in zip(s, begin, end) if b > 0 or e > 0):
+        raise ctx.unsupported(f"{mode} padding of an empty axis")
+    return [ctx.b.view(ctx.x(0), _pad_map(s, begin, end, mode, value))]
+
+
+@rule("Tile")
+def tile(ctx: NodeContext):
+    s = ctx.shape(0)
+    reps = [int(r) for r in ctx.require_const(1, "repeats").reshape(-1)]
+    if len(reps) != len(s):
+        raise ctx.unsupported(f"{len(reps)} repeats for rank {len(s)}")
+    out = [n * r for n, r in zip(s, reps)]
+    idx = [ix.var(d) if r == 1 else ix.mod(ix.var(d), n, out) for d, (n, r) in enumerate(zip(s, reps))]
+    return [ctx.b.view(ctx.x(0), layout.make(out, s, idx))]
+
+
+@rule("Gather")
+def gather(ctx: NodeContext):
+    s = ctx.shape(0)
+    axis = norm_axis(ctx, ctx.attr("axis", 0), len(s))
+    indices = ctx.const(1)
+    if indices is None:
+        raise ctx.unsupported("indices (input 1) are not constant; a gather with data-dependent indices "
+                              "has no view form")
+    indices = np.asarray(indices, dtype=np.int64)
+    n = s[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise ctx.unsupported(f"indices out of range [-{n}, {n}) on axis {axis}")
+    return [ctx.b.view(ctx.x(0), layout.take(s, axis, indices))]
