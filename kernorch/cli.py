@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict
 from typing import Sequence
 
-from kernorch.errors import KernorchError
+from kernorch.errors import DynamicShapeError, KernorchError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 
@@ -35,7 +35,7 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
     for spec in specs:
         name, sep, dims = spec.rpartition("=")
         try:
-            shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+            shape = [int(d) for d in dims.split(",")]
         except ValueError:
             shape = None
         if not sep or not name or shape is None or any(d <= 0 for d in shape):
@@ -49,7 +49,14 @@ def _import(args) -> tuple:
 
     shapes = parse_input_shapes(args.input_shape) or None
     t0 = time.perf_counter()
-    graph, report = import_onnx(args.model, input_shapes=shapes)
+    try:
+        graph, report = import_onnx(args.model, input_shapes=shapes)
+    except DynamicShapeError as e:
+        if not hasattr(e, "input"):
+            raise
+        example = ",".join(map(str, e.example))
+        raise DynamicShapeError(f"input {e.input!r} has a dynamic dimension {e.dim} ({e.symbol!r}); "
+                                f"pin it with --input-shape {e.input}={example}") from None
     return graph, report, time.perf_counter() - t0
 
 
