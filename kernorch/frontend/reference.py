@@ -78,7 +78,8 @@ def compare(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], tol: f
             rows.append(OutputDiff(name, r.shape, float("inf"), float("inf"), False))
             continue
         finite = ~nan_r
-        diff = np.abs(g64[finite] - r64[finite])
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(g64[finite] - r64[finite])
         same_inf = g64[finite] == r64[finite]  # inf - inf is nan; equal infinities agree
         diff = np.where(same_inf, 0.0, diff)
         max_abs = float(np.max(diff, initial=0.0))
