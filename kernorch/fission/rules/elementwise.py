@@ -54,3 +54,41 @@ def cast(ctx: NodeContext):
 
     dtype = onnx.helper.tensor_dtype_to_np_dtype(ctx.attr("to")).name
     return [ctx.b.cast(ctx.x(0), dtype)]
+
+
+@rule("CastLike")
+def cast_like(ctx: NodeContext):
+    return [ctx.b.cast(ctx.x(0), ctx.dtype(1))]
+
+
+_VARIADIC = {"Sum": Op.ADD, "Max": Op.MAX, "Min": Op.MIN, "Mean": Op.ADD}
+
+
+@rule(*_VARIADIC)
+def variadic(ctx: NodeContext):
+    """Left fold with NumPy broadcasting; Mean is the sum times the scalar 1/n."""
+    xs = [v for v in ctx.inputs if v is not None]
+    if not xs:
+        raise ctx.unsupported("needs at least one input")
+    acc = xs[0]
+    for v in xs[1:]:
+        acc = ctx.b.binary(_VARIADIC[ctx.op_type], acc, v)
+    if ctx.op_type == "Mean" and len(xs) > 1:
+        acc = ctx.b.binary(Op.MUL, acc, scalar_like(ctx, 1.0 / len(xs), acc))
+    return [acc]
+
+
+@rule("Where")
+def where(ctx: NodeContext):
+    return [ctx.b.where(ctx.x(0), ctx.x(1), ctx.x(2))]
+
+
+@rule("Mod")
+def mod(ctx: NodeContext):
+    """fmod=0: the result takes the divisor's sign (Python %); fmod=1: the dividend's (C fmod),
+    computed exactly as sign(a) * (|a| mod |b|)."""
+    a, b = ctx.x(0), ctx.x(1)
+    if not ctx.attr("fmod", 0):
+        return [ctx.b.binary(Op.MOD, a, b)]
+    r = ctx.b.binary(Op.MOD, ctx.b.unary(Op.ABS, a), ctx.b.unary(Op.ABS, b))
+    return [ctx.b.binary(Op.MUL, ctx.b.unary(Op.SIGN, a), r)]
