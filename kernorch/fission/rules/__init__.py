@@ -6,3 +6,4 @@ from kernorch.fission.rules import indexing  # noqa: F401
 from kernorch.fission.rules import activations, norms, reduce  # noqa: F401
 from kernorch.fission.rules import linear  # noqa: F401
 from kernorch.fission.rules import pool  # noqa: F401
+from kernorch.fission.rules import resize  # noqa: F401
