@@ -1,0 +1,400 @@
+"""Recognize what a VIEW prim's index map does, as a short list of ordinary tensor steps.
+
+Exporters (ONNX) and executors (PyTorch) cannot read index expressions; they can run reshape,
+transpose, slice, expand and pad. ``plan_view`` proves a map equal to such a chain by comparing
+flat index tables (every output element's flat input offset, -1 where masked) with the table of a
+map built by ``kernorch.ir.layout``'s constructors, and otherwise falls back to a generic gather
+with a constant index table (plus a mask), so every view has a plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from kernorch.ir import index as ix
+from kernorch.ir import layout
+from kernorch.ir.layout import IndexMap
+
+
+@dataclass(frozen=True)
+class Step:
+    """One tensor operation. ``op`` and its fields:
+
+    - ``reshape``: ``shape``
+    - ``transpose``: ``perm``
+    - ``slice``: ``starts, steps, counts`` per dim (``out[i] = in[start + step*i]``, steps may be < 0)
+    - ``expand``: ``shape`` (size-1 dims grow)
+    - ``pad``: ``begins, ends`` (>= 0), ``mode`` (constant / reflect / edge), ``value``
+    - ``gather``: ``table`` (int64, out shape: flat input offsets), ``mask`` (bool or None), ``value``
+    """
+
+    op: str
+    shape: tuple[int, ...] = ()
+    perm: tuple[int, ...] = ()
+    starts: tuple[int, ...] = ()
+    steps: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+    begins: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()
+    mode: str = "constant"
+    value: float = 0.0
+    table: np.ndarray | None = field(default=None, compare=False, repr=False)
+    mask: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """``kind`` names the recognized map (identity, reshape, permute, reshape-permute, broadcast,
+    slice, pad-constant, pad-reflect, pad-edge, gather); ``steps`` apply in order."""
+
+    kind: str
+    steps: tuple[Step, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Flat tables: the proof of equality
+# ---------------------------------------------------------------------------------------------
+
+def flat_table(m: IndexMap) -> np.ndarray:
+    """Flat input offset of every output element (the reference's clipping applied), -1 where
+    the mask fails; shape ``m.out_shape``."""
+    out = m.out_shape
+    grid = list(np.indices(out, dtype=np.int64)) if out else []
+    flat = np.zeros(out, dtype=np.int64)
+    stride = 1
+    for d in reversed(range(len(m.in_shape))):
+        n = m.in_shape[d]
+        v = np.broadcast_to(np.asarray(ix.evaluate(m.index[d], grid), dtype=np.int64), out)
+        flat = flat + np.clip(v, 0, max(n - 1, 0)) * stride
+        stride *= n
+    if m.mask:
+        ok = np.ones(out, dtype=bool)
+        for c in m.mask:
+            v = np.asarray(ix.evaluate(c.expr, grid))
+            ok &= (v >= c.lo) & (v < c.hi)
+        flat = np.where(ok, flat, -1)
+    return flat
+
+
+def _same(m: IndexMap, cand: IndexMap, table: np.ndarray) -> bool:
+    if cand.out_shape != m.out_shape or cand.in_shape != m.in_shape:
+        return False
+    if (table < 0).any() and not _same_value(m.pad, cand.pad):
+        return False
+    return np.array_equal(flat_table(cand), table)
+
+
+def _same_value(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Recognizers
+# ---------------------------------------------------------------------------------------------
+
+def _strided(table: np.ndarray) -> tuple[list[tuple[int, int]], int] | None:
+    """Write a flat table as nested strided loops: ``[(length, stride)]`` outermost first and an
+    offset, or None. Greedy from the innermost loop; merged loops are fine."""
+    base = table.reshape(-1)
+    dims: list[tuple[int, int]] = []
+    while base.size > 1:
+        s = int(base[1] - base[0])
+        bad = np.nonzero(np.diff(base) != s)[0]
+        n = int(bad[0]) + 1 if bad.size else base.size
+        if base.size % n:
+            return None
+        rows = base.reshape(-1, n)
+        if not np.array_equal(rows - rows[:, :1], np.broadcast_to(np.arange(n, dtype=np.int64) * s, rows.shape)):
+            return None
+        dims.append((n, s))
+        base = rows[:, 0]
+    dims.reverse()
+    return dims, int(base[0]) if base.size else 0
+
+
+def _permutation_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """reshape -> transpose -> (unsqueeze -> expand) -> reshape: identity, reshape, permute,
+    broadcast and their compositions (flatten after transpose, pixel/channel shuffle)."""
+    if (table < 0).any() or table.size == 0:
+        return None
+    found = _strided(table)
+    if found is None:
+        return None
+    dims, offset = found
+    live = [(k, n, s) for k, (n, s) in enumerate(dims) if s != 0]
+    if offset != 0 or any(s < 0 for _, _, s in live):
+        return None
+    order = sorted(live, key=lambda t: -t[2])
+    expect = 1
+    for _, n, s in reversed(order):
+        if s != expect:
+            return None
+        expect *= n
+    if expect != math.prod(m.in_shape):
+        return None
+    steps: list[Step] = []
+    shape = tuple(n for _, n, _ in order)
+    if shape != m.in_shape:
+        steps.append(Step("reshape", shape=shape))
+    perm = tuple(order.index(t) for t in live)
+    if perm != tuple(range(len(perm))):
+        steps.append(Step("transpose", perm=perm))
+        shape = tuple(shape[p] for p in perm)
+    broadcasting = len(live) != len(dims)
+    if broadcasting:
+        unit = tuple(n if s != 0 else 1 for n, s in dims)
+        if unit != shape:
+            steps.append(Step("reshape", shape=unit))
+        shape = tuple(n for n, _ in dims)
+        steps.append(Step("expand", shape=shape))
+    if shape != m.out_shape:
+        steps.append(Step("reshape", shape=m.out_shape))
+    steps = _tidy(m.in_shape, steps)
+    cand = _replay(m.in_shape, steps)
+    if cand is None or not _same(m, cand, table):
+        return None
+    ops = {s.op for s in steps}
+    kind = ("identity" if not steps else "broadcast" if "expand" in ops
+            else "permute" if ops == {"transpose"} and len(steps) == 1
+            else "reshape-permute" if "transpose" in ops else "reshape")
+    return ViewPlan(kind, tuple(steps))
+
+
+def _simple_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """One step, proven against the matching layout constructor: identity, reshape, permute
+    (the permutation read off the index expressions), broadcast."""
+    if m.mask:
+        return None
+    size = math.prod(m.in_shape)
+    if size == table.size and np.array_equal(table.reshape(-1), np.arange(size)):
+        if m.out_shape == m.in_shape:
+            return ViewPlan("identity", ())
+        if _same(m, layout.reshape(m.in_shape, m.out_shape), table):
+            return ViewPlan("reshape", (Step("reshape", shape=m.out_shape),))
+    if len(m.in_shape) != len(m.out_shape):
+        return None
+    perm: list[int | None] = [None] * len(m.out_shape)
+    for d, e in enumerate(_unit_free(m)):
+        a = e.as_atom()
+        if isinstance(a, ix.Var):
+            perm[a.i] = d
+    rest = iter(d for d in range(len(m.in_shape)) if d not in perm)
+    perm = [p if p is not None else next(rest, -1) for p in perm]
+    if sorted(perm) == list(range(len(perm))) and _same(m, layout.permute(m.in_shape, perm), table):
+        return ViewPlan("permute", (Step("transpose", perm=tuple(perm)),))
+    if all(a in (1, b) for a, b in zip(m.in_shape, m.out_shape)) and _same(m, layout.broadcast(m.in_shape, m.out_shape), table):
+        return ViewPlan("broadcast", (Step("expand", shape=m.out_shape),))
+    return None
+
+
+def _tidy(shape: tuple[int, ...], steps: list[Step]) -> list[Step]:
+    """Merge consecutive reshapes and drop the ones that change nothing."""
+    out: list[Step] = []
+    start = shape
+    for st in steps:
+        if st.op == "reshape" and out and out[-1].op == "reshape":
+            out.pop()
+            shape = _shape_before(start, out)
+        if st.op == "reshape" and st.shape == shape:
+            continue
+        out.append(st)
+        shape = _shape_after(shape, st)
+    return out
+
+
+def _shape_before(start: tuple[int, ...], steps: list[Step]) -> tuple[int, ...]:
+    for st in steps:
+        start = _shape_after(start, st)
+    return start
+
+
+def _shape_after(shape: tuple[int, ...], st: Step) -> tuple[int, ...]:
+    if st.op in ("reshape", "expand"):
+        return st.shape
+    if st.op == "transpose":
+        return tuple(shape[p] for p in st.perm)
+    if st.op == "slice":
+        return st.counts
+    if st.op == "pad":
+        return tuple(n + b + e for n, b, e in zip(shape, st.begins, st.ends))
+    return st.table.shape
+
+
+def _replay(in_shape: tuple[int, ...], steps: list[Step]) -> IndexMap | None:
+    """Rebuild an index map from steps with layout's constructors (the independent check)."""
+    m = layout.identity(in_shape)
+    shape = in_shape
+    for st in steps:
+        if st.op == "reshape":
+            nxt = layout.reshape(shape, st.shape)
+        elif st.op == "transpose":
+            nxt = layout.permute(shape, st.perm)
+        elif st.op == "expand":
+            nxt = layout.broadcast(shape, st.shape)
+        elif st.op == "slice":
+            nxt = layout.slice_(shape, st.starts, st.steps, st.counts)
+        elif st.op == "pad":
+            nxt = layout.pad(shape, st.begins, st.ends, st.mode, st.value)
+        else:
+            return None
+        m = nxt.compose(m)
+        if m is None:
+            return None
+        shape = m.out_shape
+    return m
+
+
+def _unit_free(m: IndexMap) -> tuple:
+    """Index expressions with the variables of size-1 output dims set to 0."""
+    vals = [ix.const(0) if n == 1 else ix.var(k) for k, n in enumerate(m.out_shape)]
+    return tuple(ix.substitute(e, vals, m.out_shape) for e in m.index)
+
+
+def _slice_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """Each input dim reads a constant or ``a*i_k + c`` for its own output dim k: slice (any step),
+    then transpose / unsqueeze / expand into place."""
+    if m.mask:
+        return None
+    exprs = _unit_free(m)
+    starts, steps_, counts, var_of = [], [], [], []
+    for d, e in enumerate(exprs):
+        if e.is_const:
+            starts.append(e.const), steps_.append(1), counts.append(1), var_of.append(None)
+            continue
+        if len(e.terms) != 1 or not isinstance(e.terms[0][0], ix.Var):
+            return None
+        k, a = e.terms[0][0].i, e.terms[0][1]
+        starts.append(e.const), steps_.append(a), counts.append(m.out_shape[k]), var_of.append(k)
+    used = [k for k in var_of if k is not None]
+    if len(set(used)) != len(used):
+        return None
+    for d, n in enumerate(m.in_shape):
+        last = starts[d] + steps_[d] * (counts[d] - 1)
+        if not (0 <= starts[d] < n and 0 <= last < n):
+            return None
+    steps: list[Step] = []
+    shape = tuple(counts)
+    if shape != m.in_shape or any(s != 0 for s in starts) or any(s != 1 for s in steps_):
+        steps.append(Step("slice", starts=tuple(starts), steps=tuple(steps_), counts=shape))
+    dims = list(range(len(exprs)))
+    moving = iter(sorted((d for d in dims if var_of[d] is not None), key=lambda d: var_of[d]))
+    perm = tuple(next(moving) if var_of[d] is not None else d for d in dims)  # unit dims stay put
+    if perm != tuple(dims):
+        steps.append(Step("transpose", perm=perm))
+        shape = tuple(shape[p] for p in perm)
+    unit = tuple(n if k in used else 1 for k, n in enumerate(m.out_shape))
+    if unit != shape:
+        steps.append(Step("reshape", shape=unit))
+    if unit != m.out_shape:
+        steps.append(Step("expand", shape=m.out_shape))
+    cand = _replay(m.in_shape, steps)
+    if cand is None or not _same(m, cand, table):
+        return None
+    return ViewPlan("slice" if steps and steps[0].op == "slice" else "broadcast", tuple(steps))
+
+
+def _pad_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """Constant / reflect / edge padding (negative pads crop: a slice first)."""
+    if len(m.out_shape) != len(m.in_shape) or not m.out_shape:
+        return None
+    seqs = []
+    for d, e in enumerate(m.index):
+        if ix.free_vars(e) - {d}:
+            return None
+        env = [np.zeros(1, dtype=np.int64)] * len(m.out_shape)
+        env[d] = np.arange(m.out_shape[d], dtype=np.int64)
+        seqs.append(np.broadcast_to(np.asarray(ix.evaluate(e, env), dtype=np.int64), (m.out_shape[d],)))
+    modes = ["constant"] if m.mask else ["edge", "reflect"]
+    for mode in modes:
+        options = []
+        for d, seq in enumerate(seqs):
+            n, diff = m.in_shape[d], m.out_shape[d] - m.in_shape[d]
+            first = int(seq[0]) if seq.size else 0
+            if mode == "constant":
+                cands = {-first}
+            elif mode == "edge":
+                zeros = int(np.argmax(seq != 0)) if (seq != 0).any() else seq.size
+                cands = {-first, zeros - 1, 0}
+            else:
+                cands = {first, -first, 0}
+            if n == 1 and mode != "constant":
+                cands.add(diff // 2)
+            options.append(sorted(c for c in cands if -n < c and -n < diff - c))
+        for begins in itertools.islice(itertools.product(*options), 64):
+            ends = tuple(m.out_shape[d] - m.in_shape[d] - b for d, b in enumerate(begins))
+            if not any(begins) and not any(ends):
+                continue
+            plan = _pad_steps(m.in_shape, tuple(begins), ends, mode, m.pad)
+            if plan is None:
+                continue
+            cand = _replay(m.in_shape, list(plan))
+            if cand is not None and _same(m, cand, table):
+                return ViewPlan(f"pad-{mode}", plan)
+    return None
+
+
+def _pad_steps(in_shape, begins, ends, mode, value) -> tuple[Step, ...] | None:
+    crop_b = tuple(max(-b, 0) for b in begins)
+    crop_e = tuple(max(-e, 0) for e in ends)
+    steps = []
+    shape = tuple(n - cb - ce for n, cb, ce in zip(in_shape, crop_b, crop_e))
+    if any(s <= 0 for s in shape):
+        return None
+    if any(crop_b) or any(crop_e):
+        steps.append(Step("slice", starts=crop_b, steps=(1,) * len(shape), counts=shape))
+    pb, pe = tuple(max(b, 0) for b in begins), tuple(max(e, 0) for e in ends)
+    if mode == "reflect" and any(b >= n or e >= n for b, e, n in zip(pb, pe, shape) if (b or e)):
+        return None  # ONNX and PyTorch reflect at most once
+    if any(pb) or any(pe):
+        steps.append(Step("pad", begins=pb, ends=pe, mode=mode, value=float(value) if mode == "constant" else 0.0))
+    return tuple(steps)
+
+
+def _gather_plan(m: IndexMap, table: np.ndarray) -> ViewPlan:
+    mask = table >= 0
+    idx = np.where(mask, table, 0).astype(np.int64)
+    return ViewPlan("gather", (Step("gather", table=idx, mask=None if mask.all() else mask, value=float(m.pad)),))
+
+
+@lru_cache(maxsize=512)
+def plan_view(m: IndexMap) -> ViewPlan:
+    """The cheapest recognized chain of steps equal to ``m``; a gather when nothing else fits."""
+    table = flat_table(m)
+    if math.prod(m.in_shape) == 0 or table.size == 0:
+        return _gather_plan(m, table)
+    for rec in (_simple_plan, _slice_plan, _permutation_plan, _pad_plan):
+        plan = rec(m, table)
+        if plan is not None:
+            return plan
+    return _gather_plan(m, table)
+
+
+def slice_bounds(start: int, step: int, count: int) -> tuple[int, int | None, int]:
+    """Python ``slice`` arguments for ``start + step*i, i < count`` (stop None: to the front)."""
+    stop = start + step * (count - 1) + (1 if step > 0 else -1)
+    return start, (stop if stop >= 0 else None), step
+
+
+def apply_numpy(plan: ViewPlan, x: np.ndarray) -> np.ndarray:
+    """Run a plan with NumPy (tests and the torch provider's reference of the steps)."""
+    for st in plan.steps:
+        if st.op == "reshape":
+            x = x.reshape(st.shape)
+        elif st.op == "transpose":
+            x = x.transpose(st.perm)
+        elif st.op == "expand":
+            x = np.broadcast_to(x, st.shape)
+        elif st.op == "slice":
+            x = x[tuple(slice(*slice_bounds(s, a, c)) for s, a, c in zip(st.starts, st.steps, st.counts))]
+        elif st.op == "pad":
+            kw = {"constant_values": st.value} if st.mode == "constant" else {}
+            x = np.pad(x, list(zip(st.begins, st.ends)), mode=st.mode, **kw)
+        elif st.op == "gather":
+            y = x.reshape(-1)[st.table] if x.size else np.zeros(st.table.shape, x.dtype)
+            x = y if st.mask is None else np.where(st.mask, y, np.array(st.value).astype(x.dtype))
+    return np.array(x)

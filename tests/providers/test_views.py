@@ -1,0 +1,66 @@
+"""View plans against the reference gather: random chains of layout constructors, composed the
+way rewrites compose them, must be reproduced exactly by the recognized steps."""
+
+import math
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from kernorch.ir import layout
+from kernorch.providers.views import apply_numpy, plan_view
+
+
+@st.composite
+def chains(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    m = layout.identity(shape)
+    for _ in range(draw(st.integers(1, 3))):
+        cur = m.out_shape
+        kind = draw(st.sampled_from(["reshape", "permute", "slice", "pad", "broadcast", "flip"]))
+        if kind == "reshape":
+            n = math.prod(cur)
+            dims = [d for d in range(1, n + 1) if n % d == 0]
+            a = draw(st.sampled_from(dims))
+            nxt = layout.reshape(cur, (a, n // a) if draw(st.booleans()) else (n // a, 1, a))
+        elif kind == "permute":
+            nxt = layout.permute(cur, draw(st.permutations(range(len(cur)))))
+        elif kind == "slice":
+            starts, steps, counts = [], [], []
+            for n in cur:
+                step = draw(st.sampled_from([1, 2, -1]))
+                start = draw(st.integers(0, n - 1))
+                room = (n - start - 1) // step + 1 if step > 0 else start + 1
+                starts.append(start), steps.append(step), counts.append(draw(st.integers(1, room)))
+            nxt = layout.slice_(cur, starts, steps, counts)
+        elif kind == "pad":
+            mode = draw(st.sampled_from(["constant", "edge", "reflect"]))
+            lo = [draw(st.integers(0, n - 1 if mode == "reflect" else 2)) for n in cur]
+            hi = [draw(st.integers(0, n - 1 if mode == "reflect" else 2)) for n in cur]
+            nxt = layout.pad(cur, lo, hi, mode, -2.0)
+        elif kind == "broadcast":
+            if 1 not in cur:
+                continue
+            nxt = layout.broadcast(cur, tuple(3 if n == 1 else n for n in cur))
+        else:
+            nxt = layout.flip(cur, [draw(st.integers(0, len(cur) - 1))])
+        composed = nxt.compose(m)
+        if composed is None:
+            continue
+        m = composed
+    return m
+
+
+@settings(max_examples=300, deadline=None)
+@given(chains())
+def test_plan_reproduces_the_map(m):
+    x = np.arange(1, math.prod(m.in_shape) + 1, dtype=np.float32).reshape(m.in_shape)
+    plan = plan_view(m)
+    np.testing.assert_array_equal(apply_numpy(plan, x), m.gather(x))
+
+
+def test_recognized_kinds_are_single_steps():
+    assert plan_view(layout.permute((2, 3, 4), (2, 0, 1))).steps[0].op == "transpose"
+    assert len(plan_view(layout.permute((2, 3, 4), (2, 0, 1))).steps) == 1
+    assert plan_view(layout.identity((2, 3))).steps == ()
+    assert [s.op for s in plan_view(layout.pad((4, 4), (1, 1), (1, 1), "reflect")).steps] == ["pad"]
+    assert plan_view(layout.window((1, 6), (3,), (1,), (0,), (1,), (4,))).kind == "gather"
