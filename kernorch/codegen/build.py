@@ -1,0 +1,120 @@
+"""Build C kernels with the system compiler: one translation unit / shared library per batch,
+cached on disk by a hash of (source, compiler, flags), loaded with ctypes.
+
+Flags: ``-O3 -march=native -fopenmp -ffp-contract=off``, plus ``-fno-math-errno`` and
+``-fno-trapping-math``. Neither changes a computed value: the first only stops libm calls from
+setting errno (nothing reads it; it lets sqrt and friends vectorize), the second lets the
+compiler evaluate both arms of a select (we never unmask FP traps). No ``-ffast-math``: it would
+reassociate and drop NaN/inf semantics, and results must stay close to the interpreter.
+``-ffp-contract=off`` keeps a*b+c from becoming an FMA, again for interpreter parity.
+Where glibc's libmvec exists, loops calling exp/erf/tanh/... use its SIMD variants.
+
+Cache: ``$KERNORCH_CACHE_DIR`` or ``~/.cache/kernorch/build``; compiler: ``$CC``, else cc, gcc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from kernorch.errors import CompilerError
+
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+         "-std=gnu99", "-shared", "-fPIC", "-w")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler() -> str:
+    for cand in (os.environ.get("CC"), "cc", "gcc"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    raise CompilerError("no C compiler found: install gcc (or set CC) to build kernorch's CPU kernels")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_id(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return cc
+
+
+@functools.lru_cache(maxsize=None)
+def _has_mvec() -> bool:
+    return ctypes.util.find_library("mvec") is not None
+
+
+def default_threads() -> int:
+    """Threads a kernel runs with unless told: $KERNORCH_NUM_THREADS, else the CPUs this process may use."""
+    env = os.environ.get("KERNORCH_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("KERNORCH_CACHE_DIR") or Path.home() / ".cache" / "kernorch" / "build")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def flags() -> list[str]:
+    extra = ["-DKN_MVEC"] if _has_mvec() else []
+    return [*FLAGS, *extra]
+
+
+def libs() -> list[str]:
+    return (["-lmvec"] if _has_mvec() else []) + ["-lm"]
+
+
+def compile_source(source: str) -> Path:
+    """Compile ``source`` to a shared library (or reuse the cached one); return its path."""
+    cc = compiler()
+    digest = hashlib.sha256("\0".join([source, _compiler_id(cc), *flags(), *libs()]).encode()).hexdigest()[:32]
+    out = cache_dir() / f"kn_{digest}.so"
+    if out.exists():
+        return out
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        src = Path(tmp) / "kernels.c"
+        src.write_text(source)
+        lib = Path(tmp) / "kernels.so"
+        proc = subprocess.run([cc, *flags(), str(src), "-o", str(lib), *libs()], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompilerError(f"{Path(cc).name} rejected generated code: {_first_error(proc.stderr)}")
+        os.replace(lib, out)
+    return out
+
+
+def _first_error(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln:
+            return ln
+    return lines[0] if lines else "unknown error"
+
+
+_LOADED: dict[Path, ctypes.CDLL] = {}
+
+
+def load(path: Path) -> ctypes.CDLL:
+    lib = _LOADED.get(path)
+    if lib is None:
+        lib = _LOADED[path] = ctypes.CDLL(str(path))
+    return lib
+
+
+def function(lib: ctypes.CDLL, name: str):
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    fn.restype = None
+    return fn

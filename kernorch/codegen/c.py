@@ -1,0 +1,234 @@
+"""C/OpenMP printer: KernelSpec -> C99 source. Syntax only; every loop decision is in the spec.
+
+Each kernel becomes ``void NAME(void *const *args, int nthreads)``: args are the inputs, the
+outputs, then the workspace base (when the kernel needs scratch), all contiguous row-major.
+Element types: float, double, intN_t, uint8_t for bool (0/1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.ir import index as ix
+
+CTYPE = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+         "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+         "bool": "uint8_t"}
+
+# {f}: "f" for float, "" for double; {F}: the type's literal suffix.
+FLOAT_EXPR = {
+    "neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})", "sqrt": "sqrt{f}({0})",
+    "recip": "(1.0{F} / {0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
+    "sigmoid": "(1.0{F} / (1.0{F} + exp{f}(-{0})))",
+    "softplus": "(({0} > 0 ? {0} : 0) + log1p{f}(exp{f}(-fabs{f}({0}))))",
+    "relu": "(({0} > 0 || {0} != {0}) ? {0} : 0)", "floor": "floor{f}({0})", "ceil": "ceil{f}({0})",
+    "round": "rint{f}({0})", "sin": "sin{f}({0})", "cos": "cos{f}({0})",
+    "sign": "({0} > 0 ? 1.0{F} : ({0} < 0 ? -1.0{F} : {0}))", "isnan": "({0} != {0})",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "pow{f}({0}, {1})", "max": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
+    "min": "(({0} < {1} || {0} != {0}) ? {0} : {1})", "mod": "kn_fmod{f}({0}, {1})",
+}
+INT_EXPR = {
+    "neg": "(-{0})", "abs": "({0} < 0 ? -{0} : {0})", "relu": "({0} > 0 ? {0} : 0)",
+    "sign": "(({0} > 0) - ({0} < 0))", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+    "div": "({1} == 0 ? 0 : {0} / {1})", "mod": "kn_imod({0}, {1})", "pow": "kn_ipow({0}, {1})",
+    "max": "({0} > {1} ? {0} : {1})", "min": "({0} < {1} ? {0} : {1})",
+}
+ANY_EXPR = {
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})",
+    "ge": "({0} >= {1})", "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "not": "(!{0})",
+    "select": "({0} ? {1} : {2})",
+}
+COMBINE = {"sum": "{a} + {v}", "prod": "{a} * {v}", "max": "({v} > {a} || {v} != {v}) ? {v} : {a}",
+           "min": "({v} < {a} || {v} != {v}) ? {v} : {a}"}
+INT_COMBINE = {**COMBINE, "max": "{v} > {a} ? {v} : {a}", "min": "{v} < {a} ? {v} : {a}"}
+
+_MVEC = ["exp", "log", "sin", "cos", "tanh", "erf", "log1p", "pow"]
+
+HEADER = r"""#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#if defined(KN_MVEC) && defined(__x86_64__)
+/* glibc's libmvec: let the vectorizer call SIMD variants of these (math-vector.h only declares
+   them under -ffast-math, which we do not use). */
+#define KN_SIMD __attribute__((simd("notinbranch")))
+%(mvec)s
+#endif
+static inline int64_t kn_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return q - ((a %% b != 0) & ((a < 0) != (b < 0))); }
+static inline int64_t kn_mod(int64_t a, int64_t b) { int64_t r = a %% b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+static inline int64_t kn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kn_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t kn_imod(int64_t a, int64_t b) { return b == 0 ? 0 : kn_mod(a, b); }
+static inline int64_t kn_ipow(int64_t a, int64_t b) {
+  int64_t r = 1; if (b < 0) return a == 1 ? 1 : (a == -1 ? (b & 1 ? -1 : 1) : 0);
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }
+static inline float kn_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double kn_fmod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
+#pragma omp declare reduction(kn_maxf32 : float : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(kn_minf32 : float : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = INFINITY)
+#pragma omp declare reduction(kn_maxf64 : double : omp_out = (omp_in > omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(kn_minf64 : double : omp_out = (omp_in < omp_out || omp_in != omp_in) ? omp_in : omp_out) initializer(omp_priv = INFINITY)
+""" % {"mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+                         "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
+
+
+def literal(value, dtype: str) -> str:
+    if dtype.startswith("float"):
+        v = float(value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        if dtype == "float32":
+            return repr(float(np.float32(v))) + "f"
+        return repr(v)
+    v = int(value)
+    if dtype == "bool":
+        return "1" if v else "0"
+    if dtype == "int64" and v == -(1 << 63):
+        return "(-INT64_C(9223372036854775807) - 1)"
+    return f"INT64_C({v})" if dtype == "int64" else f"(({CTYPE[dtype]}){v})"
+
+
+class _Printer:
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.lines: list[str] = []
+        self.tables: dict[tuple[int, ...], str] = {}
+        self.types: dict[str, str] = {}
+
+    def idx(self, e: ix.Expr) -> str:
+        return ix.render(e, lambda i: f"v{i}", self.spec.sizes, self._table)
+
+    def _table(self, t: tuple[int, ...]) -> str:
+        if t not in self.tables:
+            self.tables[t] = f"{self.spec.name}_tab{len(self.tables)}"
+        return self.tables[t]
+
+    def emit(self, depth: int, s: str) -> None:
+        self.lines.append("  " * depth + s)
+
+    def stmt(self, s, d: int) -> None:
+        if isinstance(s, Let):
+            self.types[s.name] = s.dtype
+            self.emit(d, f"const {CTYPE[s.dtype]} {s.name} = {self.expr(s)};")
+        elif isinstance(s, Store):
+            tgt = s.buf if s.offset is None else f"{s.buf}[{self.idx(s.offset)}]"
+            self.emit(d, f"{tgt} = {s.value};")
+        elif isinstance(s, Accum):
+            a = s.acc if s.offset is None else f"{s.acc}[{self.idx(s.offset)}]"
+            comb = (COMBINE if s.dtype.startswith("float") else INT_COMBINE)[s.op]
+            self.emit(d, f"{a} = {comb.format(a=a, v=s.value)};")
+        elif isinstance(s, Decl):
+            init = "" if s.init is None else f" = {literal(s.init, s.dtype)}"
+            self.types[s.name] = s.dtype
+            self.emit(d, f"{CTYPE[s.dtype]} {s.name}{init};")
+        elif isinstance(s, Loop):
+            clauses = "".join(f" reduction({self._red(op, dt)}:{v})" for v, op, dt in s.reductions)
+            if s.simd:
+                self.emit(d, f"#pragma omp simd{clauses}")
+            v = f"v{s.var}"
+            self.emit(d, f"for (int64_t {v} = {self.idx(s.lo)}; {v} < {self.idx(s.hi)}; {v}++) {{")
+            for b in s.body:
+                self.stmt(b, d + 1)
+            self.emit(d, "}")
+        elif isinstance(s, Parallel):
+            self.parallel(s, d)
+        else:
+            raise TypeError(s)
+
+    @staticmethod
+    def _red(op: str, dtype: str) -> str:
+        if op == "sum":
+            return "+"
+        if op == "prod":
+            return "*"
+        if dtype in ("float32", "float64"):
+            return f"kn_{op}f{dtype[-2:]}"
+        return op
+
+    def parallel(self, p: Parallel, d: int) -> None:
+        self.emit(d, "{")
+        if p.threads:
+            self.emit(d + 1, "#pragma omp parallel num_threads(nthreads)")
+        self.emit(d + 1, "{")
+        for a in p.arrays:
+            ct = CTYPE[a.dtype]
+            self.emit(d + 2, f"{ct} *restrict {a.name} = ({ct} *)kn_alloc({a.count} * sizeof({ct}));")
+        if p.threads:
+            self.emit(d + 2, "#pragma omp for schedule(static)")
+        v = f"v{p.var}"
+        self.emit(d + 2, f"for (int64_t {v} = 0; {v} < {p.extent}; {v}++) {{")
+        for s in p.body:
+            self.stmt(s, d + 3)
+        self.emit(d + 2, "}")
+        for a in p.arrays:
+            self.emit(d + 2, f"free({a.name});")
+        self.emit(d + 1, "}")
+        self.emit(d, "}")
+
+    def expr(self, s: Let) -> str:
+        if s.op == "imm":
+            return literal(s.attr, s.dtype)
+        if s.op == "load":
+            buf, off = s.attr
+            return buf if off is None else f"{buf}[{self.idx(off)}]"
+        if s.op == "cond":
+            e, lo, hi = s.attr
+            r = self.idx(e)
+            parts = ([f"{lo} <= {r}"] if lo is not None else []) + ([f"{r} < {hi}"] if hi is not None else [])
+            return "(" + " && ".join(parts) + ")"
+        if s.op == "cast":
+            src = self.types[s.args[0]]
+            if s.dtype == "bool":
+                return f"({s.args[0]} != 0)"
+            return f"(({CTYPE[s.dtype]}){s.args[0]})"
+        return c_expr(s.op, s.dtype, [self.types[a] for a in s.args], s.args)
+
+    def function(self) -> list[str]:
+        sp = self.spec
+        self.emit(0, f"void {sp.name}(void *const *args, int nthreads) {{")
+        self.emit(1, "(void)nthreads;")
+        ws = len([a for a in sp.args if a.role != "ws"])
+        for k, a in enumerate(sp.args):
+            ct = CTYPE[a.dtype]
+            if a.role == "ws":
+                self.emit(1, f"{ct} *restrict {a.name} = ({ct} *)((char *)args[{ws}] + {a.offset});")
+            else:
+                const = "const " if a.role == "in" else ""
+                self.emit(1, f"{const}{ct} *restrict {a.name} = ({const}{ct} *)args[{k}];")
+        for s in sp.body:
+            self.stmt(s, 1)
+        self.emit(0, "}")
+        out = [f"/* {sp.name}: key {sp.key}", *[" * " + line for line in sp.comment.splitlines()],
+               *[" * " + n for n in sp.notes], " */"]
+        for t, nm in self.tables.items():
+            out.append(f"static const int64_t {nm}[{len(t)}] = {{{', '.join(map(str, t))}}};")
+        return out + self.lines
+
+
+def c_expr(op: str, dtype: str, arg_types: list[str], args) -> str:
+    """One scalar operation as a C expression (args are SSA names, so repeating them is free)."""
+    if op in ANY_EXPR:
+        tmpl = ANY_EXPR[op]
+    elif dtype.startswith("float") or (arg_types and arg_types[0].startswith("float")):
+        t = dtype if dtype.startswith("float") else arg_types[0]
+        f = "f" if t == "float32" else ""
+        tmpl = FLOAT_EXPR[op].replace("{f}", f).replace("{F}", f)
+    else:
+        tmpl = INT_EXPR[op]
+    return tmpl.format(*args)
+
+
+def emit_kernel(spec: KernelSpec) -> str:
+    """The C source of one kernel function (without the shared header)."""
+    return "\n".join(_Printer(spec).function()) + "\n"
+
+
+def emit_module(specs: list[KernelSpec]) -> str:
+    """One translation unit holding many kernels (one compiler call per batch)."""
+    return HEADER + "\n" + "\n".join(emit_kernel(s) for s in specs)

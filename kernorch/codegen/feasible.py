@@ -1,0 +1,88 @@
+"""Which candidate kernels the code generator can produce, with a reason when it cannot.
+
+Cheap and compile-free: the orchestrator asks for every candidate. A candidate is one of
+- a C kernel: elementwise, reduce, broadcast and layout prims only;
+- a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
+- an opaque kernel: exactly one OPAQUE prim.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
+from kernorch.errors import KernorchError
+from kernorch.ir import index as ix
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind, Op, Prim
+
+MAX_TABLE = 1 << 16  # longest constant gather table printed into C source
+
+
+class CannotGenerate(KernorchError):
+    """The code generator cannot produce this kernel; the message says why."""
+
+
+def kernel_prims(g: Graph, members: Iterable[int]) -> list[Prim]:
+    members = set(members)
+    return [p for p in g.prims if p.output in members]
+
+
+def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | None:
+    """None when the kernel can be generated, else a one-line reason."""
+    members = set(members)
+    prims = kernel_prims(g, members)
+    if not prims:
+        return "empty kernel"
+    if len(prims) != len(members):
+        missing = sorted(members - {p.output for p in prims})
+        return f"value {g.name(missing[0])} is not produced by a prim"
+    if not outputs:
+        return "kernel writes no output"
+    for v in outputs:
+        if v not in members:
+            return f"output {g.name(v)} is not computed by the kernel"
+    kinds = {p.kind for p in prims}
+    if Kind.OPAQUE in kinds:
+        return None if len(prims) == 1 else f"opaque prim {_name(g, prims, Kind.OPAQUE)} must be alone in its kernel"
+    if Kind.LINEAR in kinds:
+        from kernorch.codegen import linear
+
+        return linear.why_not(g, members, outputs)
+    return _why_not_c(g, prims)
+
+
+def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:
+    p = next(p for p in prims if p.kind is kind)
+    return p.origin or g.name(p.output)
+
+
+def _why_not_c(g: Graph, prims: list[Prim]) -> str | None:
+    for p in prims:
+        for v in (*p.inputs, p.output):
+            t = g.types[v]
+            if t.dtype not in DTYPES:
+                return f"dtype {t.dtype} of {g.name(v)} is not supported by the C generator"
+            if 0 in t.shape:
+                return f"{g.name(v)} is empty"
+        if p.op in BAD_ON_BOOL and any(g.types[v].dtype == "bool" for v in p.inputs):
+            return f"{p.op.value} on bool operands ({g.name(p.output)})"
+        if p.op is Op.VIEW and _table_len(p) > MAX_TABLE:
+            return f"gather table of {g.name(p.output)} is longer than {MAX_TABLE}"
+    return None
+
+
+def _table_len(p: Prim) -> int:
+    m = p.attrs.map
+    exprs = list(m.index) + [c.expr for c in m.mask]
+    longest = 0
+    while exprs:
+        e = exprs.pop()
+        for a, _ in e.terms:
+            if isinstance(a, ix.Lookup):
+                longest = max(longest, len(a.table))
+            if isinstance(a, (ix.FloorDiv, ix.Mod, ix.Lookup)):
+                exprs.append(a.x)
+            elif isinstance(a, (ix.MinOf, ix.MaxOf)):
+                exprs += [a.a, a.b]
+    return longest

@@ -1,0 +1,118 @@
+"""KernelSpec: the target-independent loop-level description of one fused kernel.
+
+lower.py builds it from (graph, members, outputs); c.py prints it as C/OpenMP. Everything a
+printer needs is explicit here (loops, their parallel/SIMD/reduction flags, per-thread arrays,
+SSA scalar statements, stores), so printers make no decisions. Index expressions are
+kernorch.ir.index expressions over kernel-wide variable ids; ``KernelSpec.sizes[i]`` is the
+range of variable ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from kernorch.ir.index import Expr
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A kernel argument: ``role`` is "in" (read), "out" (written) or "ws" (scratch, carved from
+    the workspace at ``offset`` bytes)."""
+
+    name: str
+    dtype: str
+    size: int
+    role: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Let:
+    """``name = op(args)``: one SSA scalar of type ``dtype``. ``args`` name earlier Lets.
+    Special ops and their ``attr``: "load" (buffer name, offset Expr), "imm" (value),
+    "cond" (Expr, lo, hi: ``lo <= Expr < hi``), "cast" (no attr; the type is ``dtype``).
+    Every other op is an elementwise scalar function named by ``kernorch.ir.prims.Op.value``
+    or "select" (``args[0] ? args[1] : args[2]``)."""
+
+    name: str
+    dtype: str
+    op: str
+    args: tuple[str, ...] = ()
+    attr: object = None
+
+
+@dataclass(frozen=True)
+class Store:
+    """``buf[offset] = value`` (offset None: ``buf`` is a scalar variable)."""
+
+    buf: str
+    offset: Expr | None
+    value: str
+
+
+@dataclass(frozen=True)
+class Accum:
+    """``acc[offset] = combine_op(acc[offset], value)``; op in sum/prod/max/min."""
+
+    acc: str
+    offset: Expr | None
+    op: str
+    value: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Decl:
+    """A scalar variable ``name`` (count 1) or per-thread array, set to ``init`` (None: unset)."""
+
+    name: str
+    dtype: str
+    count: int = 1
+    init: float | int | None = None
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``for var in [lo, hi)``. ``simd``: iterations are independent (reductions excepted);
+    ``reductions``: (variable, op, dtype) combined across SIMD lanes."""
+
+    var: int
+    lo: Expr
+    hi: Expr
+    body: tuple["Stmt", ...]
+    simd: bool = False
+    reductions: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """``for var in [0, extent)`` split across threads (when ``threads``); ``arrays`` are
+    allocated once per thread and live across iterations."""
+
+    var: int
+    extent: int
+    body: tuple["Stmt", ...]
+    arrays: tuple[Decl, ...] = ()
+    threads: bool = True
+
+
+Stmt = Union[Let, Store, Accum, Decl, Loop, Parallel]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel: arguments (inputs, outputs, scratch, in that order), a body of Parallel
+    groups executed in sequence, variable ranges, and ``workspace`` bytes of scratch.
+    ``inputs``/``outputs`` are graph value ids in argument order; ``comment`` describes the prims."""
+
+    name: str
+    args: tuple[Arg, ...]
+    body: tuple[Stmt, ...]
+    sizes: tuple[int, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    key: str = ""
+    comment: str = ""
+    workspace: int = 0
+    notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,295 @@
+"""Lowering: (graph, members, outputs) -> KernelSpec, the loop nests of one fused C kernel.
+
+schedule.py decides what is stored and how stages share the parallel outer index (see Note
+[parallel domain]); this module builds the loops. Per group: one parallel loop over o; per
+stage: loops over the inner dims in natural order (innermost = contiguous dim, marked SIMD).
+Reductions accumulate in a register (one element per o) or a per-thread array (several, e.g. a
+softmax over a middle axis); consecutive stages with identical loops are fused into one nest
+(a value stored by one stage and read at the same position by the next is passed in a register).
+Internal values live in registers / per-thread arrays; outputs and values read by a later group
+live in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from kernorch.codegen import indexing
+from kernorch.codegen.build import default_threads
+from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.kernel import Accum, Arg, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.codegen.schedule import Stage, Vars, make_schedule, work
+from kernorch.codegen.scalar import Body, Inliner
+from kernorch.ir import index as ix
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind, Op
+
+PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
+REDUCE_OP = {Op.SUM: "sum", Op.PROD: "prod", Op.RMAX: "max", Op.RMIN: "min"}
+BOOL_REDUCE = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
+
+
+def identity(op: str, dtype: str):
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    if dtype == "bool":
+        return op == "min"
+    if dtype.startswith("float"):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return int(info.min if op == "max" else info.max)
+
+
+class _NoFuse(Exception):
+    pass
+
+
+@dataclass
+class _Nest:
+    """Stages sharing one loop nest."""
+
+    loops: tuple[tuple[int, int, int], ...]
+    body: Body
+    decls: list = field(default_factory=list)
+    tail: list = field(default_factory=list)
+    after: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)
+    values: dict = field(default_factory=dict)  # value -> (flat offset, SSA name)
+    reduces: set = field(default_factory=set)
+
+    def clone(self) -> "_Nest":
+        b = Body(self.body._names)
+        b.lets, b.dtype, b._memo, b.imms = list(self.body.lets), dict(self.body.dtype), dict(self.body._memo), dict(self.body.imms)
+        return _Nest(self.loops, b, list(self.decls), list(self.tail), list(self.after), list(self.reductions),
+                     dict(self.values), set(self.reduces))
+
+
+def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | None = None,
+          num_threads: int | None = None) -> KernelSpec:
+    """The KernelSpec of a C kernel scheduled for ``num_threads`` (default: build.default_threads());
+    raises CannotGenerate with the reason otherwise."""
+    members = set(members)
+    reason = why_not(g, members, outputs)
+    if reason is None and any(p.kind in (Kind.LINEAR, Kind.OPAQUE) for p in kernel_prims(g, members)):
+        reason = "linear and opaque kernels are not C kernels"
+    if reason is not None:
+        raise CannotGenerate(reason)
+    return _Lowerer(g, members, list(outputs), num_threads or default_threads()).run(name)
+
+
+class _Lowerer:
+    def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
+        self.g, self.outputs, self.threads = g, outputs, threads
+        self.prims = kernel_prims(g, members)
+        self.producers = {p.output: p for p in self.prims}
+        self.vs = Vars()
+        self.names = itertools.count()
+        ins, _ = g.boundary(members)
+        self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
+        self.ext = [v for v in ins if v not in self.imm]
+
+    def run(self, name: str | None) -> KernelSpec:
+        g = self.g
+        sch = make_schedule(g, self.prims, self.outputs, self.vs, self.threads)
+        self.inline = set(self.producers) - sch.mat
+        group_of = {sch.stages[k].value: gi for gi, (ks, _) in enumerate(sch.groups) for k in ks}
+        crossing = {v for gi, (ks, _) in enumerate(sch.groups) for k in ks for v, _ in sch.stages[k].reads
+                    if group_of[v] != gi}
+        scratch = [st.value for st in sch.stages if st.value in crossing and st.value not in self.outputs]
+        args, self.buf = [], {}
+        for role, vals in (("in", self.ext), ("out", self.outputs), ("ws", scratch)):
+            for k, v in enumerate(vals):
+                self.buf[v] = f"{role}{k}"
+        offset = 0
+        for role, vals in (("in", self.ext), ("out", self.outputs), ("ws", scratch)):
+            for v in vals:
+                t = g.types[v]
+                args.append(Arg(self.buf[v], t.dtype, t.size, role, offset if role == "ws" else 0))
+                if role == "ws":
+                    offset += -(-np.dtype(t.dtype).itemsize * t.size // 64) * 64
+        body = tuple(self.group([sch.stages[k] for k in ks], P) for ks, P in sch.groups)
+        comment, local = self._describe()
+        notes = [f"group {gi}: P={P}, stages " + ", ".join(local[sch.stages[k].value] for k in ks)
+                 for gi, (ks, P) in enumerate(sch.groups)]
+        if sch.mat - {st.value for st in sch.stages if st.reduce} - set(self.outputs):
+            notes.append("stored to avoid recomputation: " + ", ".join(
+                local[v] for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE))
+        key = g.kernel_key(set(self.producers), self.outputs)
+        return KernelSpec(name or f"kn_{key[:16]}", tuple(args), body, tuple(self.vs.sizes), tuple(self.ext),
+                          tuple(self.outputs), key, comment, offset, tuple(notes))
+
+    def _describe(self) -> tuple[str, dict[int, str]]:
+        local = {v: f"in{k}" for k, v in enumerate(self.ext)}
+        local.update({v: f"c{a.item()!r}" for v, a in self.imm.items()})
+        lines = []
+        for k, p in enumerate(self.prims):
+            local[p.output] = f"v{k}"
+            attrs = p.attrs.__class__.__name__ if p.op is Op.VIEW else ("" if p.attrs is None else repr(p.attrs))
+            if p.attrs.__class__.__name__ == "NoAttrs":
+                attrs = ""
+            lines.append(f"{local[p.output]} = {p.op.value}({', '.join(local[a] for a in p.inputs)}) "
+                         f"{self.g.types[p.output]!r} {attrs}".rstrip())
+        lines.append("outputs: " + ", ".join(local[v] for v in self.outputs))
+        return "\n".join(lines), local
+
+    # -- groups and stages ------------------------------------------------------------------
+    def group(self, stages: list[Stage], P: int) -> Parallel:
+        self.o, self.P = self.vs.new(P), P
+        self.local: dict[int, tuple[str, int]] = {}
+        self.arrays: list[Decl] = []
+        stmts: list = []
+        nest: _Nest | None = None
+        for st in stages:
+            I = st.size // P
+            dtype = self.g.types[st.value].dtype
+            if st.value not in self.buf:
+                nm = f"{'r' if I == 1 else 'l'}{next(self.names)}"
+                self.local[st.value] = (nm, I)
+                if I == 1 and not st.reduce:
+                    stmts.append(Decl(nm, dtype))
+                elif I > 1:
+                    self.arrays.append(Decl(nm, dtype, I))
+            if st.reduce and I > 1:
+                stmts += self._flush(nest)
+                nest = None
+                stmts += self._array_reduce(st, I)
+                continue
+            it = indexing.split(st.shape, st.axes, P, self.o, self.vs.new, self.vs.sizes)
+            if nest is not None and tuple(e for _, e, _ in it.loops) == tuple(e for _, e, _ in nest.loops):
+                shared = iter([v for v, _, _ in nest.loops])
+                it2 = indexing.split(st.shape, st.axes, P, self.o, lambda n: next(shared), self.vs.sizes)
+                trial = nest.clone()
+                try:
+                    self._build(trial, st, it2)
+                    nest = trial
+                    continue
+                except _NoFuse:
+                    pass
+            stmts += self._flush(nest)
+            nest = _Nest(it.loops, Body(self.names))
+            self._build(nest, st, it)
+        stmts += self._flush(nest)
+        threads = P > 1 and work(stages) >= PARALLEL_MIN_WORK
+        return Parallel(self.o, P, tuple(stmts), tuple(self.arrays), threads)
+
+    def _build(self, nest: _Nest, st: Stage, it: indexing.Iteration) -> None:
+        g, p = self.g, st.prim
+        dtype = g.types[st.value].dtype
+        inl = Inliner(g, self.producers, self.inline, self.vs.sizes, nest.body,
+                      lambda v, idx, body: self._leaf(v, idx, body, nest))
+        if st.reduce:
+            op = self._reduce_op(st)
+            val = nest.body.cast(inl.value(p.inputs[0], it.natural), dtype)
+            acc = self.local[st.value][0] if st.value in self.local else f"a{next(self.names)}"
+            nest.decls.append(Decl(acc, dtype, 1, identity(op, dtype)))
+            nest.tail.append(Accum(acc, None, op, val, dtype))
+            nest.reductions.append((acc, op, dtype))
+            nest.reduces.add(st.value)
+            if st.value in self.buf:
+                off = self._flat(st.value, self._reduced_index(st, it.natural))
+                nest.after.append(Store(self.buf[st.value], off, acc))
+            return
+        val = nest.body.cast(inl.compute(p, it.natural), dtype)
+        off = self._flat(st.value, it.natural)
+        nest.values[st.value] = (off, val)
+        if st.value in self.buf:
+            nest.tail.append(Store(self.buf[st.value], off, val))
+        else:
+            nm, I = self.local[st.value]
+            nest.tail.append(Store(nm, self._local_offset(off, I) if I > 1 else None, val))
+
+    def _flush(self, nest: _Nest | None) -> list:
+        if nest is None:
+            return []
+        inner: tuple = (*nest.body.lets, *nest.tail)
+        if not nest.loops:
+            return [*nest.decls, *inner, *nest.after]
+        for depth, (var, extent, _) in enumerate(reversed(nest.loops)):
+            red = tuple(nest.reductions) if depth == 0 else ()
+            inner = (Loop(var, ix.const(0), ix.const(extent), inner, simd=depth == 0, reductions=red),)
+        return [*nest.decls, *inner, *nest.after]
+
+    def _array_reduce(self, st: Stage, I: int) -> list:
+        """A reduction with several results per o: a per-thread accumulator array."""
+        g, p = self.g, st.prim
+        dtype, op = g.types[st.value].dtype, self._reduce_op(st)
+        acc = self.local[st.value][0] if st.value in self.local else f"a{next(self.names)}"
+        if st.value not in self.local:
+            self.arrays.append(Decl(acc, dtype, I))
+        out: list = [self._fill(acc, I, identity(op, dtype), dtype)]
+        it = indexing.split(st.shape, st.axes, self.P, self.o, self.vs.new, self.vs.sizes)
+        body = Body(self.names)
+        inl = Inliner(g, self.producers, self.inline, self.vs.sizes, body, lambda v, idx, b: self._leaf(v, idx, b, None))
+        val = body.cast(inl.value(p.inputs[0], it.natural), dtype)
+        off = self._local_offset(self._flat(st.value, self._reduced_index(st, it.natural)), I)
+        var, extent, dim = it.loops[-1]
+        if dim in st.axes:
+            part = f"a{next(self.names)}"
+            loop = Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(part, None, op, val, dtype)),
+                        simd=True, reductions=((part, op, dtype),))
+            inner: tuple = (Decl(part, dtype, 1, identity(op, dtype)), loop, Accum(acc, off, op, part, dtype))
+        else:
+            inner = (Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(acc, off, op, val, dtype)), simd=True),)
+        for var, extent, _ in reversed(it.loops[:-1]):
+            inner = (Loop(var, ix.const(0), ix.const(extent), inner),)
+        out += inner
+        if st.value in self.buf:
+            k = self.vs.new(I)
+            t = f"t{next(self.names)}"
+            base = ix.var(self.o) * I + ix.var(k)
+            out.append(Loop(k, ix.const(0), ix.const(I), (Let(t, dtype, "load", (), (acc, ix.var(k))),
+                                                          Store(self.buf[st.value], base, t)), simd=True))
+        return out
+
+    def _fill(self, buf: str, n: int, value, dtype: str) -> Loop:
+        k = self.vs.new(n)
+        t = f"t{next(self.names)}"
+        value = np.asarray(value).astype(dtype).item()
+        return Loop(k, ix.const(0), ix.const(n), (Let(t, dtype, "imm", (), value), Store(buf, ix.var(k), t)), simd=True)
+
+    # -- reads ------------------------------------------------------------------------------
+    def _leaf(self, v: int, idx: tuple, body: Body, nest: _Nest | None) -> str:
+        dtype = self.g.types[v].dtype
+        if v in self.imm:
+            return body.imm(self.imm[v], dtype)
+        if nest is not None and v in nest.reduces:
+            raise _NoFuse()
+        off = self._flat(v, idx)
+        if nest is not None and v in nest.values:
+            if nest.values[v][0] != off:
+                raise _NoFuse()
+            return nest.values[v][1]
+        if v in self.buf:
+            return body.let("load", dtype, (), (self.buf[v], self._clamp(off, self.g.types[v].size)))
+        nm, I = self.local[v]
+        if I == 1:
+            return body.let("load", dtype, (), (nm, None))
+        return body.let("load", dtype, (), (nm, self._clamp(self._local_offset(off, I), I)))
+
+    def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
+        return indexing.flat(idx, self.g.types[v].shape, self.vs.sizes)
+
+    def _local_offset(self, off: ix.Expr, I: int) -> ix.Expr:
+        return indexing.normalize(off - ix.var(self.o) * I, self.vs.sizes)
+
+    def _clamp(self, off: ix.Expr, n: int) -> ix.Expr:
+        """Masked-out positions may index outside the buffer; keep every load in bounds (the
+        value there is discarded by the select)."""
+        lo, hi = ix.bounds(off, self.vs.sizes)
+        if lo >= 0 and hi < n:
+            return off
+        return ix.minimum(ix.maximum(off, 0, self.vs.sizes), n - 1, self.vs.sizes)
+
+    def _reduced_index(self, st: Stage, natural: Sequence[ix.Expr]) -> list[ix.Expr]:
+        keep = st.prim.attrs.keepdims
+        return [ix.const(0) if d in st.axes else e for d, e in enumerate(natural) if keep or d not in st.axes]
+
+    def _reduce_op(self, st: Stage) -> str:
+        op = REDUCE_OP[st.prim.op]
+        return BOOL_REDUCE[op] if self.g.types[st.value].dtype == "bool" else op

@@ -1,0 +1,168 @@
+"""Uniform kernel objects and batch building.
+
+Every kernel, whoever implements it (generated C, PyTorch for linear prims, the reference
+implementation for opaque prims), is a ``Kernel``: ``inputs``/``outputs`` are graph value ids,
+``run(inputs, out=None)`` takes tensors/arrays in ``inputs`` order and returns (or fills) the
+outputs. Outputs must not alias inputs. C kernels run with ``num_threads`` OpenMP threads:
+default ``$KERNORCH_NUM_THREADS``, else the CPUs this process may use; fixed per kernel (the
+schedule is chosen for it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Iterable, Sequence, Union
+
+import numpy as np
+import torch
+
+from kernorch.codegen import build as _build
+from kernorch.codegen.build import default_threads
+from kernorch.codegen.c import HEADER, emit_kernel
+from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.kernel import KernelSpec
+from kernorch.codegen.lower import lower
+from kernorch.errors import CompilerError, InputError
+from kernorch.ir.graph import Graph, TensorType
+from kernorch.ir.interp import eval_opaque
+from kernorch.ir.prims import Kind
+
+TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+               "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+               "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
+
+
+def as_tensor(x, t: TensorType, what: str) -> torch.Tensor:
+    """A contiguous tensor of type ``t`` (NumPy arrays are wrapped without copying when possible)."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    elif not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x)
+    if tuple(x.shape) != t.shape or x.dtype != TORCH_DTYPE[t.dtype]:
+        raise InputError(f"{what}: got {x.dtype} {tuple(x.shape)}, expected {t!r}")
+    return x.contiguous()
+
+
+class Kernel:
+    """A runnable kernel. Subclasses implement ``_run(ins, outs)`` on contiguous tensors."""
+
+    provider = "?"
+
+    def __init__(self, inputs: Sequence[int], outputs: Sequence[int], in_types: Sequence[TensorType],
+                 out_types: Sequence[TensorType], source: str = "", key: str = "") -> None:
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.in_types, self.out_types = tuple(in_types), tuple(out_types)
+        self.source, self.key = source, key
+
+    def run(self, inputs: Sequence, out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        if len(inputs) != len(self.inputs):
+            raise InputError(f"kernel {self.key[:12]} takes {len(self.inputs)} inputs, got {len(inputs)}")
+        ins = [as_tensor(x, t, f"input {k}") for k, (x, t) in enumerate(zip(inputs, self.in_types))]
+        if out is None:
+            outs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype]) for t in self.out_types]
+        else:
+            outs = list(out)
+            for k, (o, t) in enumerate(zip(outs, self.out_types)):
+                if tuple(o.shape) != t.shape or o.dtype != TORCH_DTYPE[t.dtype] or not o.is_contiguous():
+                    raise InputError(f"output {k}: got {o.dtype} {tuple(o.shape)}, expected contiguous {t!r}")
+        self._run(ins, outs)
+        return outs
+
+    __call__ = run
+
+    def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        raise NotImplementedError
+
+
+class CKernel(Kernel):
+    provider = "c"
+
+    def __init__(self, spec: KernelSpec, fn, lib, source: str, num_threads: int, g_types) -> None:
+        super().__init__(spec.inputs, spec.outputs, [g_types[v] for v in spec.inputs],
+                         [g_types[v] for v in spec.outputs], source, spec.key)
+        self.spec, self.fn, self.lib, self.num_threads = spec, fn, lib, num_threads
+        self._ws = torch.empty(max(spec.workspace, 1), dtype=torch.uint8)
+        self._nargs = len(spec.inputs) + len(spec.outputs) + (1 if spec.workspace else 0)
+
+    def _run(self, ins, outs) -> None:
+        ptrs = [t.data_ptr() for t in ins] + [t.data_ptr() for t in outs]
+        if self.spec.workspace:
+            ptrs.append(self._ws.data_ptr())
+        self.fn((ctypes.c_void_p * self._nargs)(*ptrs), self.num_threads)
+
+
+class OpaqueKernel(Kernel):
+    """One OPAQUE prim, run by the reference implementation (kernorch.ir.interp.eval_opaque)."""
+
+    provider = "reference"
+
+    def __init__(self, g: Graph, members: Iterable[int]) -> None:
+        (self.prim,) = kernel_prims(g, members)
+        ins = list(dict.fromkeys(self.prim.inputs))
+        super().__init__(ins, [self.prim.output], [g.types[v] for v in ins], [g.types[self.prim.output]],
+                         f"opaque {self.prim.attrs.op_type}", g.kernel_key(set(members), [self.prim.output]))
+        self._pos = [ins.index(v) for v in self.prim.inputs]
+        self._dtype = g.types[self.prim.output].dtype
+
+    def _run(self, ins, outs) -> None:
+        arrays = [ins[k].numpy() for k in self._pos]
+        res = np.asarray(eval_opaque(self.prim, arrays)).astype(self._dtype, copy=False)
+        outs[0].copy_(torch.from_numpy(np.ascontiguousarray(res)).reshape(outs[0].shape))
+
+
+Item = Union[KernelSpec, tuple]
+
+
+def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None) -> list[Kernel]:
+    """Build many kernels with one compiler call. ``items`` are KernelSpecs (then pass the graph
+    ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque)."""
+    threads = num_threads or default_threads()
+    out: list[Kernel | None] = [None] * len(items)
+    specs: list[tuple[int, KernelSpec, Graph]] = []
+    for k, item in enumerate(items):
+        if isinstance(item, KernelSpec):
+            if g is None:
+                raise ValueError("build_many needs the graph when given KernelSpecs")
+            specs.append((k, item, g))
+            continue
+        graph, members, outputs = item
+        members = set(members)
+        reason = why_not(graph, members, outputs)
+        if reason is not None:
+            raise CannotGenerate(reason)
+        kinds = {p.kind for p in kernel_prims(graph, members)}
+        if Kind.OPAQUE in kinds:
+            out[k] = OpaqueKernel(graph, members)
+        elif Kind.LINEAR in kinds:
+            from kernorch.codegen.linear import LinearKernel
+
+            out[k] = LinearKernel(graph, members, outputs)
+        else:
+            specs.append((k, lower(graph, members, outputs, num_threads=threads), graph))
+    if specs:
+        for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads)):
+            out[k] = kern
+    return out  # type: ignore[return-value]
+
+
+def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKernel]:
+    sources: dict[str, str] = {}
+    for spec, _ in specs:
+        sources.setdefault(spec.name, emit_kernel(spec))
+    try:
+        path = _build.compile_source(HEADER + "\n" + "\n".join(sources.values()))
+    except CompilerError:
+        for name, src in sources.items():  # find the culprit for the message
+            try:
+                _build.compile_source(HEADER + "\n" + src)
+            except CompilerError as err:
+                raise CompilerError(f"kernel {name}: {err}") from None
+        raise
+    lib = _build.load(path)
+    return [CKernel(spec, _build.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads, gr.types)
+            for spec, gr in specs]
+
+
+def build(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None) -> Kernel:
+    """Build one kernel (C, linear or opaque)."""
+    return build_many([(g, set(members), list(outputs))], num_threads)[0]

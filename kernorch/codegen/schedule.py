@@ -1,0 +1,198 @@
+"""Scheduling decisions for a C kernel: what to materialize, how stages group under a shared
+parallel outer index, and the outer extent P of each group. See Note [parallel domain].
+
+Note [parallel domain]
+A *stage* computes one materialized value: a reduce result, a kernel output, or an internal
+value too costly to recompute (``heavy``). Every other member is inlined where it is read.
+A stage's elements are split row-major into P equal slices; the slice index is the outer index
+``o`` (a prefix split: leading dims times a divisor of the next one; reduced dims never go
+outer). A *group* is a run of consecutive stages sharing o: one parallel loop over o, and for
+each o the stages run in order. That is legal when every read of a value materialized in the
+same group lands in the slice of the same o (checked symbolically: flat(index) // slice == o),
+so the data of a row/channel/group stays in cache between stages. A stage joins the current
+group unless that leaves fewer outer iterations than threads where the group and the stage
+could each have had enough on their own; then a new group starts (a separate parallel loop)
+and values read across groups go to scratch memory. P is chosen per group: enough outer
+iterations for the threads (PAR_PER_THREAD each), long contiguous inner loops for SIMD, then
+as many outer iterations as possible (so reductions get scalar accumulators).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from kernorch.codegen import indexing
+from kernorch.codegen.scalar import WEIGHT, Body, Inliner
+from kernorch.ir import index as ix
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind, Prim
+
+PAR_PER_THREAD = 8  # outer iterations per thread that make static scheduling balance well
+VEC_TARGET = 256  # inner contiguous elements that make SIMD loops efficient
+HEAVY = 8  # recomputation weight (WEIGHT units per element) above which a shared value is stored
+
+
+@dataclass
+class Stage:
+    value: int
+    prim: Prim
+    reduce: bool
+    shape: tuple[int, ...]  # iteration shape: the value's shape, or the reduce operand's
+    axes: tuple[int, ...]  # reduced axes of ``shape``
+    size: int  # elements of the value
+    cands: set[int]  # valid outer extents P
+    reads: list[tuple[int, tuple]] = field(default_factory=list)  # materialized (value, natural index)
+    natural: tuple[int, ...] = ()  # analysis variable of each dim of ``shape``
+    visited: set[int] = field(default_factory=set)  # inlined values
+
+
+@dataclass
+class Schedule:
+    stages: list[Stage]
+    groups: list[tuple[list[int], int]]  # (stage positions, P)
+    mat: set[int]
+
+
+class Vars:
+    """Kernel-wide index variables and their ranges."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def new(self, extent: int) -> int:
+        self.sizes.append(int(extent))
+        return len(self.sizes) - 1
+
+    def subst(self, e: ix.Expr, mapping: dict[int, ix.Expr]) -> ix.Expr:
+        values = [mapping.get(i, ix.var(i)) for i in range(len(self.sizes))]
+        return indexing.normalize(ix.substitute(e, values, self.sizes), self.sizes)
+
+
+def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, threads: int) -> Schedule:
+    producers = {p.output: p for p in prims}
+    base = {p.output for p in prims if p.kind is Kind.REDUCE} | set(outputs)
+    mat = set(base)
+    stages = _analyze(g, prims, producers, mat, vs)
+    while True:
+        heavy = _heavy(g, prims, producers, mat, stages)
+        if heavy is None:
+            break
+        mat.add(heavy)
+        stages = _analyze(g, prims, producers, mat, vs)
+    groups = _group(g, stages, vs, threads)
+    if mat != base:
+        plain = _analyze(g, prims, producers, base, vs)
+        plain_groups = _group(g, plain, vs, threads)
+        if len(plain_groups) < len(groups):
+            mat, stages, groups = base, plain, plain_groups
+    return Schedule(stages, groups, mat)
+
+
+def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars) -> list[Stage]:
+    """One stage per materialized value, with its reads of materialized values over natural
+    (analysis) variables."""
+    stages = []
+    inline = {p.output for p in prims} - mat
+    for p in prims:
+        if p.output not in mat:
+            continue
+        t = g.types[p.output]
+        if p.kind is Kind.REDUCE:
+            shape = g.types[p.inputs[0]].shape
+            axes = tuple(a % len(shape) for a in p.attrs.axes)
+        else:
+            shape, axes = t.shape, ()
+        out_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
+        st = Stage(p.output, p, p.kind is Kind.REDUCE, tuple(shape), axes, t.size, indexing.split_candidates(out_shape))
+        st.natural = tuple(vs.new(n) for n in shape)
+        idx = tuple(ix.var(v) for v in st.natural)
+
+        def leaf(v, index, body, st=st):
+            if v in mat:
+                st.reads.append((v, index))
+            return body.imm(0, g.types[v].dtype)
+
+        inl = Inliner(g, producers, inline, vs.sizes, Body(itertools.count()), leaf)
+        if st.reduce:
+            inl.value(p.inputs[0], idx)
+        else:
+            inl.compute(p, idx)
+        st.visited = inl.visited
+        stages.append(st)
+    return stages
+
+
+def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> int | None:
+    """The topologically last inlined value that several stages recompute at high weight."""
+    weight: dict[int, int] = {}
+    for p in prims:
+        w = WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else 0
+        weight[p.output] = w + sum(weight.get(a, 0) for a in p.inputs if a in producers and a not in mat)
+    uses: dict[int, int] = {}
+    for st in stages:
+        for v in st.visited:
+            uses[v] = uses.get(v, 0) + 1
+    best = None
+    for p in prims:
+        v = p.output
+        if v not in mat and uses.get(v, 0) >= 2 and weight[v] * (uses[v] - 1) > HEAVY:
+            best = v
+    return best
+
+
+def _group(g: Graph, stages: list[Stage], vs: Vars, threads: int) -> list[tuple[list[int], int]]:
+    groups: list[tuple[list[int], set[int]]] = []
+    for k, st in enumerate(stages):
+        if groups:
+            members, valid = groups[-1]
+            inside = {stages[j].value for j in members}
+            new = {P for P in valid & st.cands if _local(g, st, P, inside, vs)}
+            if max(new) >= min(max(valid), max(st.cands), threads):
+                members.append(k)
+                groups[-1] = (members, new)
+                continue
+        groups.append(([k], set(st.cands)))
+    target = PAR_PER_THREAD * threads
+    return [(members, _choose([stages[j] for j in members], valid, vs, target)) for members, valid in groups]
+
+
+def _local(g: Graph, st: Stage, P: int, inside: set[int], vs: Vars) -> bool:
+    """Every read of a value of the group lands in the slice of the reading stage's o."""
+    reads = [(v, idx) for v, idx in st.reads if v in inside]
+    if not reads or P == 1:
+        return True
+    o = vs.new(P)
+    it = indexing.split(st.shape, st.axes, P, o, vs.new, vs.sizes)
+    if it is None:
+        return False
+    mapping = {nv: e for nv, e in zip(st.natural, it.natural)}
+    for v, idx in reads:
+        t = g.types[v]
+        f = indexing.flat([vs.subst(e, mapping) for e in idx], t.shape, vs.sizes)
+        if ix.bounds(ix.floordiv(f, t.size // P, vs.sizes) - ix.var(o), vs.sizes) != (0, 0):
+            return False
+    return True
+
+
+def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: int) -> int:
+    def score(P: int) -> tuple[int, int, int]:
+        vec = min(_contig(st, P, vs) for st in stages)
+        return min(P, target), min(vec, VEC_TARGET), P
+
+    return max(valid, key=score)
+
+
+def _contig(st: Stage, P: int, vs: Vars) -> int:
+    """Extent of the innermost loop when it runs along the last (contiguous) dim, else 1."""
+    it = indexing.split(st.shape, st.axes, P, vs.new(P), vs.new, vs.sizes)
+    if it is None or not it.loops:
+        return 1
+    last = max((d for d, n in enumerate(st.shape) if n != 1), default=-1)
+    var, extent, dim = it.loops[-1]
+    return extent if dim == last else 1
+
+
+def work(stages: list[Stage]) -> int:
+    return max(math.prod(st.shape) for st in stages)
