@@ -89,8 +89,11 @@ def _conv(op: Op, args: Sequence[np.ndarray], a: ConvAttrs) -> np.ndarray:
     import torch
     import torch.nn.functional as F
 
-    x, w = (torch.from_numpy(np.ascontiguousarray(t)) for t in args[:2])
-    b = torch.from_numpy(np.ascontiguousarray(args[2])) if len(args) > 2 else None
+    def tensor(a):  # broadcast views are read-only; torch warns about those, so copy them
+        return torch.from_numpy(np.require(a, requirements=["C", "W"]))
+
+    x, w = (tensor(t) for t in args[:2])
+    b = tensor(args[2]) if len(args) > 2 else None
     k = x.dim() - 2
     begin, end = list(a.pads[:k]), list(a.pads[k:])
     if op is Op.CONV:
