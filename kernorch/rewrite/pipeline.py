@@ -1,0 +1,79 @@
+"""The rewrite pipeline: named rules, the default selection, and ``apply_rewrites``.
+
+Defaults: the cleanups (fold, algebra, cse, dce, views, bn_fold) and ``merge_linear`` (one GEMM
+instead of several on the same input, with constant weights, never more work) are on. Korch's
+``sum_to_matmul`` and ``div_past_matmul`` change which prims exist and only pay off when the
+orchestrator measures them, so they are opt-in, as is ``merge_linear_concat`` (it copies computed
+weights on every run). Each is selectable by name for the benchmark ablation.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from kernorch.errors import KernorchError, VerificationError
+from kernorch.ir.graph import Graph
+from kernorch.rewrite import bn_fold, cse, fold, matmul, merge, views
+from kernorch.rewrite.check import mismatches
+from kernorch.rewrite.driver import RewriteOptions, Rule, run_rules
+
+# Every rule, in the order the driver tries them at each prim. Cheap cleanups first, so that the
+# structural rules see a tidy graph.
+RULES: dict[str, Rule] = {
+    "fold": fold.fold_constants,
+    "algebra": fold.algebra,
+    "cse": cse.cse,
+    "identity_view": views.identity_view,
+    "view_chain": views.view_chain,
+    "broadcast_noop": views.broadcast_noop,
+    "broadcast_chain": views.broadcast_chain,
+    "view_of_concat": views.view_of_concat,
+    "bn_fold": bn_fold.bn_fold,
+    "merge_linear": merge.merge_linear,
+    "merge_linear_concat": merge.merge_linear_concat,
+    "sum_to_matmul": matmul.sum_to_matmul,
+    "div_past_matmul": matmul.div_past_matmul,
+}
+
+# Selection names that stand for several rules. "dce" is always on: the driver removes dead prims
+# as it goes (use counts must be exact) and once more at the end.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "views": ("identity_view", "view_chain", "broadcast_noop", "broadcast_chain", "view_of_concat"),
+    "dce": (),
+}
+
+DEFAULT_RULES: tuple[str, ...] = ("fold", "algebra", "cse", "dce", "views", "bn_fold", "merge_linear")
+ALL_RULES: tuple[str, ...] = DEFAULT_RULES + ("merge_linear_concat", "sum_to_matmul", "div_past_matmul")
+
+
+class UnknownRewriteError(KernorchError):
+    """A rule name that ``apply_rewrites`` does not know."""
+
+
+def expand(names: Iterable[str]) -> list[str]:
+    """Rule names for a selection (group names expanded), in the driver's order."""
+    chosen: set[str] = set()
+    for n in names:
+        if n in GROUPS:
+            chosen.update(GROUPS[n])
+        elif n in RULES:
+            chosen.add(n)
+        else:
+            raise UnknownRewriteError(f"unknown rewrite rule {n!r}; known: {', '.join(list(RULES) + list(GROUPS))}")
+    return [n for n in RULES if n in chosen]
+
+
+def apply_rewrites(graph: Graph, rules: Iterable[str] = DEFAULT_RULES, options: RewriteOptions = RewriteOptions(),
+                   check: bool = False) -> tuple[Graph, dict[str, int]]:
+    """Rewrite ``graph`` with the selected rules to a fixed point. Returns a new verified graph
+    (``graph`` is untouched; inputs, outputs and their names are kept) and a report: rule name ->
+    applications, plus ``"dce"`` -> prims removed as dead. With ``check``, the result is compared
+    with ``graph`` by the reference interpreter on random inputs."""
+    selected = expand(rules)
+    out, report = run_rules(graph, [(n, RULES[n]) for n in selected], options)
+    if check:
+        bad = mismatches(graph, out)
+        if bad:
+            applied = sorted(k for k, c in report.items() if c)
+            raise VerificationError(f"rewrites {applied} changed the result: {bad[0]}")
+    return out, report
