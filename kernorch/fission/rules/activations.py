@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from kernorch.fission.registry import NodeContext, rule
-from kernorch.fission.rules.elementwise import scalar_like
+from kernorch.fission.rules.elementwise import param, scalar_like
 from kernorch.ir.prims import Op
 
 
@@ -73,21 +73,22 @@ def leaky_relu(ctx: NodeContext):
 
 @rule("PRelu")
 def prelu(ctx: NodeContext):
-    """Slope broadcasts to X (unidirectionally); before opset 7 a 1-D slope of length C applies
-    per channel (axis 1), and a single-element slope is shared everywhere."""
+    """x where x >= 0, else slope * x; the slope broadcasts to X (unidirectionally), and a
+    single-element slope becomes a scalar immediate. Before opset 7 (PyTorch's old exports) a 1-D
+    slope of length C applies per channel (axis 1)."""
     b, x, slope = ctx.b, ctx.x(0), ctx.x(1)
     xs, ss = ctx.shape(0), ctx.shape(1)
     if math.prod(ss) == 1:
         slope = _scalar_input(ctx, 1)
-    elif ctx.dtype(1) != ctx.dtype(0):
+    elif ctx.opset < 7 and len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1]:
+        slope = param(ctx, 1, (ss[0],) + (1,) * (len(xs) - 2), ctx.dtype(0))
+    else:
+        try:
+            if np.broadcast_shapes(ss, xs) != tuple(xs):
+                raise ValueError
+        except ValueError:
+            raise ctx.unsupported(f"slope shape {ss} does not broadcast to X shape {xs}") from None
         slope = b.cast(slope, ctx.dtype(0))
-    per_channel = len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1] != xs[-1]
-    if ctx.opset < 7 and per_channel and ss[0] != 1:
-        slope = b.reshape(slope, (ss[0],) + (1,) * (len(xs) - 2))
-    try:
-        np.broadcast_shapes(b.shape(slope), xs)
-    except ValueError:
-        raise ctx.unsupported(f"slope shape {ss} does not broadcast to X shape {xs}") from None
     return [_negative_part(ctx, x, b.binary(Op.MUL, x, slope))]
 
 

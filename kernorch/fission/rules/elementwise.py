@@ -23,6 +23,15 @@ def scalar_like(ctx: NodeContext, value: float, like: int) -> int:
     return ctx.b.scalar(value, ctx.b.type(like).dtype)
 
 
+def param(ctx: NodeContext, i: int, shape, dtype: str) -> int:
+    """Input ``i`` reshaped to ``shape`` and cast to ``dtype``: a new constant when the input is
+    one (so no view of a constant reaches a kernel), else a cast and a view."""
+    c = ctx.const(i)
+    if c is not None:
+        return ctx.b.constant(c.astype(dtype).reshape(shape))
+    return ctx.b.reshape(ctx.b.cast(ctx.x(i), dtype), shape)
+
+
 @rule(*_UNARY)
 def unary(ctx: NodeContext):
     return [ctx.b.unary(_UNARY[ctx.op_type], ctx.x(0))]

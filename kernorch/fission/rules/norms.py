@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from kernorch.fission.registry import NodeContext, rule
-from kernorch.fission.rules.elementwise import scalar_like
+from kernorch.fission.rules.elementwise import param, scalar_like
 from kernorch.ir import index as ix
 from kernorch.ir import layout
 from kernorch.ir.prims import Op
@@ -40,11 +40,7 @@ def inv_std(ctx: NodeContext, var: int, eps: float) -> int:
 def _channel_param(ctx: NodeContext, i: int, rank: int, dtype: str) -> int:
     """Parameter ``i`` (shape (C,) or (C, D1, ...)) shaped to broadcast against (N, C, D1, ...)."""
     s = ctx.shape(i)
-    target = tuple(s) + (1,) * (rank - 1 - len(s))
-    c = ctx.const(i)
-    if c is not None:
-        return ctx.b.constant(c.astype(dtype).reshape(target))
-    return ctx.b.reshape(ctx.b.cast(ctx.x(i), dtype), target)
+    return param(ctx, i, tuple(s) + (1,) * (rank - 1 - len(s)), dtype)
 
 
 def _stash_dtype(ctx: NodeContext) -> str:
