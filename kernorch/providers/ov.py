@@ -1,0 +1,80 @@
+"""OpenVINO as a kernel provider (optional: ``pip install kernorch[openvino]``).
+
+OpenVINO reads the exported ONNX model directly and compiles it for the CPU. It is the strongest
+CPU peer on convolution-heavy models, so it serves the linear kernels it wins. Precision is pinned
+to f32: on CPUs with bf16/AMX support OpenVINO would otherwise compute in bf16 by default.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import ValueId
+from kernorch.providers.base import BuiltKernel, Provider, default_threads
+from kernorch.providers.ort import _views_detail
+from kernorch.providers.to_onnx import export, unsupported
+
+_CORE = None
+
+
+def _core():
+    global _CORE
+    if _CORE is None:
+        import openvino as ov
+
+        _CORE = ov.Core()
+    return _CORE
+
+
+class OpenVinoProvider(Provider):
+    name = "openvino"
+
+    def __init__(self, threads: int | None = None, bake_constants: bool = True, pin_threads: bool = False) -> None:
+        self.threads = threads or default_threads()
+        self.bake_constants = bake_constants
+        self.pin_threads = pin_threads
+
+    def available(self) -> bool:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def can_run(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> bool | str:
+        if not self.available():
+            return "openvino is not installed (pip install kernorch[openvino])"
+        return unsupported(g, members) or True
+
+    def config(self) -> dict:
+        return {"INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+                "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": self.pin_threads}
+
+    def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
+        k = export(g, members, outputs, bake_constants=self.bake_constants)
+        core = _core()
+        model = core.read_model(io.BytesIO(k.model.SerializeToString()))
+        compiled = core.compile_model(model, "CPU", self.config())
+        request = compiled.create_infer_request()
+        by_name = {}
+        for i, port in enumerate(compiled.inputs):
+            for n in port.get_names():
+                by_name[n] = i
+        feeds = [(i, by_name[name]) for i, name in enumerate(k.feeds) if name is not None]
+        out_ports = [compiled.output(name) for name in k.output_names]
+        want = [np.dtype(g.types[v].dtype) for v in k.outputs]
+
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            res = request.infer({port: inputs[i].numpy() for i, port in feeds}, share_inputs=True)
+            outs = []
+            for p, dt in zip(out_ports, want):
+                arr = res[p]
+                outs.append(torch.from_numpy(np.ascontiguousarray(arr if arr.dtype == dt else arr.astype(dt))))
+            return outs
+
+        return BuiltKernel(self.name, k.inputs, k.outputs, run, k.baked, _views_detail(k))

@@ -1,0 +1,365 @@
+"""Turn a prim subgraph into a short list of PyTorch calls (the torch provider's program).
+
+Each prim becomes one closure over a slot list; the fusions that make the linear + epilogue
+kernels cheap are decided here, once, at build time (see ``torch_ops`` for the list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.providers.base import random_inputs
+from kernorch.providers.views import Step, plan_view
+
+_UNARY: dict[Op, Callable] = {
+    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
+    Op.RECIP: torch.reciprocal, Op.TANH: torch.tanh, Op.ERF: torch.special.erf, Op.SIGMOID: torch.sigmoid,
+    Op.RELU: torch.relu, Op.FLOOR: torch.floor, Op.CEIL: torch.ceil, Op.ROUND: torch.round, Op.SIN: torch.sin,
+    Op.COS: torch.cos, Op.SIGN: torch.sign, Op.NOT: torch.logical_not, Op.ISNAN: torch.isnan,
+}
+_BINARY: dict[Op, Callable] = {
+    Op.ADD: torch.add, Op.SUB: torch.sub, Op.MUL: torch.mul, Op.POW: torch.pow, Op.MAX: torch.maximum,
+    Op.MIN: torch.minimum, Op.MOD: torch.remainder, Op.EQ: torch.eq, Op.NE: torch.ne, Op.LT: torch.lt,
+    Op.LE: torch.le, Op.GT: torch.gt, Op.GE: torch.ge, Op.AND: torch.logical_and, Op.OR: torch.logical_or,
+    Op.XOR: torch.logical_xor,
+}
+# ops that may write into an operand's buffer (``out=``) without changing the result
+_INPLACE = {Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIGMOID, Op.SIN, Op.COS, Op.ADD, Op.SUB,
+            Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.RELU}
+_TORCH_DTYPE = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+                "bfloat16": torch.bfloat16, "bool": torch.bool, "int8": torch.int8, "int16": torch.int16,
+                "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8}
+
+
+@dataclass
+class Program:
+    inputs: list[ValueId]
+    outputs: list[ValueId]
+    baked: frozenset[ValueId]
+    detail: str
+    steps: list[Callable[[list], None]] = field(repr=False)
+    n_slots: int = 0
+    in_slots: list[int] = field(default_factory=list)
+    out_slots: list[int] = field(default_factory=list)
+    fixed: list[tuple[int, torch.Tensor]] = field(default_factory=list, repr=False)
+    example: list[torch.Tensor] = field(default_factory=list, repr=False)
+
+    def run(self, inputs: Sequence[torch.Tensor | None], finish: bool = True) -> list[torch.Tensor]:
+        env: list = [None] * self.n_slots
+        for s, x in zip(self.in_slots, inputs):
+            env[s] = x
+        for s, t in self.fixed:
+            env[s] = t
+        for step in self.steps:
+            step(env)
+        outs = [env[s] for s in self.out_slots]
+        if not finish:
+            return outs
+        seen = {x.untyped_storage().data_ptr() for x in inputs if x is not None}
+        done = []
+        for o in outs:  # no output shares memory with an input or another output
+            o = o.clone() if o.untyped_storage().data_ptr() in seen else o.contiguous()
+            seen.add(o.untyped_storage().data_ptr())
+            done.append(o)
+        return done
+
+
+def build_program(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], *, bake: bool = True,
+                  channels_last: bool = False, inplace: bool = True) -> Program:
+    return _Builder(g, set(members), list(outputs), bake, channels_last, inplace).build()
+
+
+class _Builder:
+    def __init__(self, g, members, outputs, bake, channels_last, inplace) -> None:
+        self.g, self.members, self.outputs = g, members, outputs
+        self.sub = g.subgraph(members, outputs)
+        self.bake, self.cl, self.inplace = bake, channels_last, inplace
+        self.prims = {p.output: p for p in self.sub.prims}
+        self.uses: dict[ValueId, list[Prim]] = {}
+        for p in self.sub.prims:
+            for v in p.inputs:
+                self.uses.setdefault(v, []).append(p)
+        self.slot: dict[ValueId, int] = {}
+        self.deferred: dict[ValueId, Callable] = {}  # a fused linear step runs where its bias add was
+        self.skip: set[ValueId] = set()
+        self.notes: list[str] = []
+
+    def s(self, v: ValueId) -> int:
+        if v not in self.slot:
+            self.slot[v] = len(self.slot)
+        return self.slot[v]
+
+    def temp(self, v: ValueId, consumer: Prim) -> bool:
+        """``v`` is a fresh buffer of this kernel that only ``consumer`` reads."""
+        p = self.prims.get(v)
+        return (p is not None and v not in self.outputs and p.op not in (Op.VIEW, Op.BROADCAST)
+                and len(self.uses.get(v, [])) == 1 and self.uses[v][0] is consumer)
+
+    def build(self) -> Program:
+        sub, g = self.sub, self.g
+        baked = frozenset(v for v in sub.inputs if self.bake and v in g.constants)
+        feeds = random_inputs(g, sub, 0)
+        example = [torch.from_numpy(feeds[v]) for v in sub.inputs]
+        fixed = []
+        for v in sub.inputs:
+            if v in baked:
+                fixed.append((self.s(v), torch.from_numpy(np.ascontiguousarray(g.constants[v]))))
+        for v, arr in sub.constants.items():
+            fixed.append((self.s(v), torch.from_numpy(np.array(arr))))
+        in_slots = [self.s(v) for v in sub.inputs]
+        linear = {p.output: self.step(p, dict(fixed)) for p in sub.prims if p.op in (Op.CONV, Op.CONV_TRANSPOSE, Op.MATMUL)}
+        steps = []
+        for p in sub.prims:  # linear steps first decided which neighbours they absorb (skip, deferred)
+            if p.output in self.skip:
+                continue
+            steps.append(linear[p.output] if p.output in linear else self.step(p, dict(fixed)))
+        steps = [st for st in steps if st is not None]
+        if self.cl:
+            fixed = [(s, t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and self._is_weight(s) else t)
+                     for s, t in fixed]
+        return Program(list(sub.inputs), list(sub.outputs), baked, ", ".join(self.notes), steps, len(self.slot),
+                       in_slots, [self.s(v) for v in sub.outputs], fixed, example)
+
+    def _is_weight(self, slot: int) -> bool:
+        return any(p.op is Op.CONV and self.s(p.inputs[1]) == slot for p in self.sub.prims)
+
+    # -- one prim -------------------------------------------------------------------------------
+    def step(self, p: Prim, fixed: dict[int, torch.Tensor]):
+        if p.output in self.deferred:
+            return self.deferred.pop(p.output)
+        o = self.s(p.output)
+        ins = [self.s(v) for v in p.inputs]
+        dtype = _TORCH_DTYPE[self.sub.types[p.output].dtype]
+        op = p.op
+        if op is Op.CONV:
+            return self._conv(p, fixed)
+        if op is Op.CONV_TRANSPOSE:
+            return self._conv_transpose(p)
+        if op is Op.MATMUL:
+            return self._matmul(p, fixed)
+        if op is Op.BROADCAST:
+            shape = p.attrs.shape
+            return _set(o, lambda e: e[ins[0]].expand(shape))
+        if op is Op.VIEW:
+            plan = plan_view(p.attrs.map)
+            fns = [_view_step(st) for st in plan.steps]
+
+            def view(e, x=ins[0]):
+                t = e[x]
+                for f in fns:
+                    t = f(t)
+                e[o] = t
+            return view
+        if op is Op.CAST:
+            return _set(o, lambda e: _cast(e[ins[0]], dtype))
+        if op is Op.WHERE:
+            return _set(o, lambda e: _fit(torch.where(e[ins[0]].bool(), e[ins[1]], e[ins[2]]), dtype))
+        if op is Op.SOFTPLUS:
+            return _set(o, lambda e: _fit(torch.logaddexp(e[ins[0]], torch.zeros((), dtype=e[ins[0]].dtype)), dtype))
+        fn = _UNARY.get(op) or _BINARY.get(op)
+        if op is Op.DIV:
+            integer = self.sub.types[p.output].dtype.startswith(("int", "uint"))
+            fn = (lambda a, b, **kw: torch.div(a, b, rounding_mode="trunc", **kw)) if integer else torch.div
+        if op in (Op.RECIP,) and not self.sub.types[p.inputs[0]].dtype.startswith("float"):
+            return _set(o, lambda e: _fit(torch.reciprocal(e[ins[0]].to(torch.float32)), dtype))
+        target = next((v for v in p.inputs if self.inplace and op in _INPLACE and self.temp(v, p)
+                       and self.sub.types[v] == self.sub.types[p.output]), None)
+        if target is not None:
+            t = self.s(target)
+            if op is Op.RELU:
+                def relu_(e):
+                    e[o] = torch.relu_(e[t])
+                return relu_
+
+            def inplace(e):
+                e[o] = fn(*[e[i] for i in ins], out=e[t])
+            return inplace
+        return _set(o, lambda e: _fit(fn(*[e[i] for i in ins]), dtype))
+
+    def _bias_of(self, y: ValueId, lin: Prim, channel_dim: int):
+        """If ``y`` is only read by an ADD whose other operand broadcasts a vector along
+        ``channel_dim``, return (the ADD, the slot of the vector's source)."""
+        uses = self.uses.get(y, [])
+        if y in self.outputs or len(uses) != 1 or uses[0].op is not Op.ADD:
+            return None
+        add = uses[0]
+        if self.sub.types[add.output] != self.sub.types[y] or add.inputs[0] == add.inputs[1]:
+            return None
+        other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+        bp = self.prims.get(other)
+        if bp is None or bp.op is not Op.BROADCAST or other in self.outputs or len(self.uses[other]) != 1:
+            return None
+        shape = self.sub.types[bp.inputs[0]].shape
+        n = self.sub.types[y].shape[channel_dim]
+        if not all(s == (n if d % len(shape) == channel_dim % len(shape) else 1) for d, s in enumerate(shape)):
+            return None
+        if self.sub.types[bp.inputs[0]].dtype != self.sub.types[y].dtype:
+            return None
+        return add, bp
+
+    def _conv(self, p: Prim, fixed):
+        a = p.attrs
+        k = len(self.sub.types[p.output].shape) - 2
+        x = p.inputs[0]
+        pads = list(a.pads)
+        xp = self.prims.get(x)
+        if xp is not None and xp.op is Op.VIEW and self.temp_view(x, p):
+            plan = plan_view(xp.attrs.map)
+            st = plan.steps[0] if len(plan.steps) == 1 else None
+            if (st is not None and st.op == "pad" and st.mode == "constant" and st.value == 0.0
+                    and not any(st.begins[:2]) and not any(st.ends[:2])):
+                pads = [pb + b for pb, b in zip(pads[:k], st.begins[2:])] + [pe + e for pe, e in zip(pads[k:], st.ends[2:])]
+                self.skip.add(x)
+                x = xp.inputs[0]
+                self.notes.append("pad folded into conv")
+        out_v = p.output
+        bias_slot = self.s(p.inputs[2]) if len(p.inputs) > 2 else None
+        fused = self._bias_of(p.output, p, 1) if bias_slot is None else None
+        if fused is not None:
+            add, bp = fused
+            self.skip.add(bp.output)
+            out_v = add.output
+            bias_slot = self.s(bp.inputs[0])
+            self.notes.append("bias add folded into conv")
+        xs, ws, o = self.s(x), self.s(p.inputs[1]), self.s(out_v)
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
+        begin, end = pads[:k], pads[k:]
+        sym = begin == end
+        torch_pad = []
+        for d in reversed(range(k)):
+            torch_pad += [begin[d], end[d]]
+        cl = self.cl
+        if cl:
+            self.notes.append("channels_last")
+        n_out = self.sub.types[p.output].shape[1]
+
+        def run(e):
+            xt = e[xs]
+            if not sym:
+                xt = F.pad(xt, torch_pad)
+            if cl:
+                xt = xt.contiguous(memory_format=torch.channels_last)
+            b = e[bias_slot].reshape(n_out) if bias_slot is not None else None
+            e[o] = conv(xt, e[ws], b, a.strides, begin if sym else 0, a.dilations, a.groups)
+        return self._place(run, p, out_v)
+
+    def _place(self, run, lin: Prim, out_v: ValueId):
+        """A linear step fused with its bias add runs at the add's position, when the bias is ready."""
+        if out_v == lin.output:
+            return run
+        self.deferred[out_v] = run
+        return None
+
+    def temp_view(self, v: ValueId, consumer: Prim) -> bool:
+        return v not in self.outputs and len(self.uses.get(v, [])) == 1 and self.uses[v][0] is consumer
+
+    def _conv_transpose(self, p: Prim):
+        a = p.attrs
+        k = len(self.sub.types[p.output].shape) - 2
+        ins = [self.s(v) for v in p.inputs]
+        o = self.s(p.output)
+        fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[k]
+        begin, end = list(a.pads[:k]), list(a.pads[k:])
+        sym = [min(b, e) for b, e in zip(begin, end)]
+        outpad = list(a.output_padding) if a.output_padding else [0] * k
+
+        def run(e):
+            b = e[ins[2]] if len(ins) > 2 else None
+            y = fn(e[ins[0]], e[ins[1]], b, a.strides, sym, outpad, a.groups, a.dilations)
+            sl = [slice(None), slice(None)] + [slice(begin[s] - sym[s], y.shape[2 + s] - (end[s] - sym[s]))
+                                               for s in range(k)]
+            e[o] = y[tuple(sl)]
+        return run
+
+    def _matmul(self, p: Prim, fixed):
+        a_s, w_s = self.s(p.inputs[0]), self.s(p.inputs[1])
+        wshape = self.sub.types[p.inputs[1]].shape
+        out_shape = self.sub.types[p.output].shape
+        fused = self._bias_of(p.output, p, -1) if len(wshape) == 2 else None
+        if fused is None:
+            o = self.s(p.output)
+            return _set(o, lambda e: torch.matmul(e[a_s], e[w_s]))
+        add, bp = fused
+        self.skip.add(bp.output)
+        o = self.s(add.output)
+        b_s = self.s(bp.inputs[0])
+        kdim, n = wshape
+        self.notes.append("matmul + bias as addmm")
+
+        def run(e):
+            a = e[a_s]
+            e[o] = torch.addmm(e[b_s].reshape(n), a.reshape(-1, kdim), e[w_s]).reshape(out_shape)
+        return self._place(run, p, add.output)
+
+
+def _set(o: int, fn: Callable[[list], torch.Tensor]):
+    def step(e):
+        e[o] = fn(e)
+    return step
+
+
+def _fit(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if t.is_floating_point() and not dtype.is_floating_point and dtype is not torch.bool:
+        t = torch.trunc(t)
+    return t.to(dtype)
+
+
+def _view_step(st: Step) -> Callable[[torch.Tensor], torch.Tensor]:
+    if st.op == "reshape":
+        return lambda t: t.reshape(st.shape)
+    if st.op == "transpose":
+        return lambda t: t.permute(st.perm)
+    if st.op == "expand":
+        return lambda t: t.expand(st.shape)
+    if st.op == "slice":
+        def sl(t):
+            for d, (s, a, c) in enumerate(zip(st.starts, st.steps, st.counts)):
+                if a < 0:
+                    t = t.flip(d)
+                    s, a = int(t.shape[d]) - 1 - s, -a
+                t = t.narrow(d, s, (c - 1) * a + 1)[(slice(None),) * d + (slice(None, None, a),)] if a > 1 \
+                    else t.narrow(d, s, c)
+            return t
+        return sl
+    if st.op == "pad":
+        if st.mode == "constant":
+            pads = []
+            for b, e in zip(reversed(st.begins), reversed(st.ends)):
+                pads += [b, e]
+            return lambda t: F.pad(t, pads, value=st.value)
+        return lambda t: _index_pad(t, st)
+    table = torch.from_numpy(st.table)
+    mask = torch.from_numpy(st.mask) if st.mask is not None else None
+
+    def gather(t):
+        y = t.reshape(-1)[table]
+        return y if mask is None else torch.where(mask, y, torch.tensor(st.value).to(t.dtype))
+    return gather
+
+
+def _index_pad(t: torch.Tensor, st: Step) -> torch.Tensor:
+    """Reflect / edge padding along any dims as one index_select per padded dim."""
+    for d, (b, e) in enumerate(zip(st.begins, st.ends)):
+        if not b and not e:
+            continue
+        n = int(t.shape[d])
+        j = np.arange(-b, n + e)
+        if st.mode == "edge":
+            j = np.clip(j, 0, n - 1)
+        else:
+            j = np.abs(j)
+            j = (n - 1) - np.abs((n - 1) - j)
+        t = t.index_select(d, torch.from_numpy(j.astype(np.int64)))
+    return t
+
