@@ -23,7 +23,7 @@ class RuntimeKernel(Protocol):
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
 
-    def run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None: ...
+    def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None: ...
 
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64,
@@ -103,7 +103,7 @@ class Executable:
                     outs.append(env[v])
                 else:
                     outs.append(vk[v])
-            kern.run(ins, outs)
+            kern._run(ins, outs)
         return {v: env[v] for v in self.sig.graph.outputs}
 
     def run(self, feeds) -> dict[str, torch.Tensor]:
@@ -141,6 +141,6 @@ class Executable:
                         env.setdefault(v, torch.empty(shape, dtype=TORCH_DTYPES[dtype]))
                         outs.append(env[v])
                 t0 = time.perf_counter()
-                kern.run(ins, outs)
+                kern._run(ins, outs)
                 times[k].append(time.perf_counter() - t0)
         return [float(np.median(t)) for t in times]

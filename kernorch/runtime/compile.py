@@ -1,0 +1,184 @@
+"""The pipeline: model -> primitive graph -> rewrites -> plan (orchestrated on measured or modelled
+costs) -> built kernels -> a CompiledModel."""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from kernorch import codegen
+from kernorch.codegen.build import default_threads
+from kernorch.errors import KernorchError
+from kernorch.frontend.onnx_import import ImportReport, import_onnx
+from kernorch.ir.graph import Graph
+from kernorch.orchestrate.candidate import Candidate
+from kernorch.orchestrate.cost import RooflineCost, calibrate
+from kernorch.orchestrate.from_graph import dag_from_graph
+from kernorch.orchestrate.knobs import Knobs
+from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
+from kernorch.orchestrate.plan import Plan
+from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
+from kernorch.orchestrate.tuning_db import TuningDB
+from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
+from kernorch.runtime.executable import Executable, KernelInfo, Signature
+from kernorch.runtime.model import CompiledModel
+
+COSTS = ("measured", "model")
+
+
+@dataclass
+class CompileReport:
+    """What happened, for ``summary()``, the CLI and the benchmark."""
+
+    strategy: str
+    cost: str
+    prims: int = 0
+    opaque: dict[str, int] = field(default_factory=dict)
+    rewrites: dict[str, int] = field(default_factory=dict)
+    candidates: int = 0
+    measured: int = 0
+    cached: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    plan_summary: str = ""
+
+
+def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               dynamo: bool = False) -> tuple[Graph, ImportReport]:
+    """ONNX path / ModelProto, or an nn.Module with example inputs."""
+    try:
+        import torch
+
+        is_module = isinstance(model, torch.nn.Module)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        is_module = False
+    if is_module:
+        if example_inputs is None:
+            raise KernorchError("compiling an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
+        from kernorch.frontend.torch_import import import_torch
+
+        return import_torch(model, example_inputs, dynamo=dynamo)
+    return import_onnx(model, input_shapes=input_shapes)
+
+
+@contextmanager
+def _progress_bar(enabled: bool, label: str):
+    """A rich progress bar on stderr (counts and ETA), or nothing when disabled / not a terminal."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as prog:
+        task = prog.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield update
+
+
+def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", strategy: str = "optimal",
+            cost: str = "measured", db: str | os.PathLike | TuningDB | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
+            threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
+            dynamo: bool = False) -> CompiledModel:
+    """Compile ``model`` for ``target``. See README "Python API"."""
+    if strategy not in STRATEGIES:
+        raise KernorchError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if cost not in COSTS:
+        raise KernorchError(f"unknown cost {cost!r}; choose one of {', '.join(COSTS)}")
+    if target != "cpu":
+        raise KernorchError(f"unknown target {target!r}; this build supports 'cpu'")
+    threads = threads or default_threads()
+    knobs = knobs or Knobs()
+    rep = CompileReport(strategy, cost)
+    t0 = time.perf_counter()
+    g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
+    rep.opaque = dict(imp.opaque)
+    rep.seconds["import"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    g, rep.rewrites = apply_rewrites(g, rewrites)
+    rep.prims = len(g.prims)
+    rep.seconds["rewrite"] = time.perf_counter() - t1
+
+    dag = dag_from_graph(g)
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+
+    def can_generate(c: Candidate) -> bool:
+        return codegen.can_generate(g, c.nodes, ordered_outputs(pos, c))
+
+    def key_fn(c: Candidate) -> str:
+        return g.kernel_key(c.nodes, ordered_outputs(pos, c))
+
+    t2 = time.perf_counter()
+    roofline = calibrate_cached()
+    own_db = db is None or not isinstance(db, TuningDB)
+    tdb = db if isinstance(db, TuningDB) else TuningDB(db)
+    try:
+        if cost == "model":
+            plan = orchestrate(dag, strategy, roofline.bind(dag), can_generate, key_fn, knobs)
+        else:
+            measured = MeasuredCost(g, tdb, threads=threads)
+            seen: list[Candidate] = []
+            rough = roofline.bind(dag)
+
+            def record(c: Candidate) -> float | None:
+                seen.append(c)
+                return rough(c)
+
+            orchestrate(dag, strategy, record, can_generate, key_fn, knobs)  # pass 1: which kernels matter
+            rep.candidates = len(seen)
+            with _progress_bar(progress, f"tuning {len(seen)} kernels") as update:
+                measured.progress = update
+                measured.prefetch(seen)
+            plan = orchestrate(dag, strategy, measured, can_generate, key_fn, knobs)
+            rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
+            rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+    finally:
+        if own_db:
+            tdb.close()
+    rep.seconds["orchestrate"] = time.perf_counter() - t2
+    rep.plan_summary = plan.summary()
+    t3 = time.perf_counter()
+    compiled = build_plan(g, plan, threads)
+    rep.seconds["build"] = time.perf_counter() - t3
+    rep.seconds["total"] = time.perf_counter() - t0
+    return CompiledModel(compiled, rep, g)
+
+
+_ROOFLINE: RooflineCost | None = None
+
+
+def calibrate_cached() -> RooflineCost:
+    """The machine's roofline constants, measured once per process."""
+    global _ROOFLINE
+    if _ROOFLINE is None:
+        _ROOFLINE = calibrate()
+    return _ROOFLINE
+
+
+def build_plan(g: Graph, plan: Plan, threads: int) -> Executable:
+    """Build every kernel of the plan (one compiler call) and wrap them in an Executable."""
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    items = [(g, set(c.nodes), ordered_outputs(pos, c)) for c in plan.kernels]
+    kernels = codegen.build_many(items, threads)
+    producers = g.producers()
+    infos = []
+    for cand, kern, est in zip(plan.kernels, kernels, plan.costs):
+        members = tuple(sorted(cand.nodes, key=pos.__getitem__))
+        infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
+    return executable_for(g, kernels, infos)
+
+
+def executable_for(g: Graph, kernels, infos) -> Executable:
+    types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
+    constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
+    return Executable(Signature.of(g), kernels, infos, types, constants)
