@@ -91,7 +91,7 @@ def source_coords(mode: str, n_in: int, n_out: int, scale: float, roi) -> np.nda
 
 
 def axis_taps(x_ori: np.ndarray, n_in: int, scale: float, coeff_fn, exclude_outside: bool):
-    """Input indices [out, taps] (clamped: edge padding) and weights [out, taps], the ONNX
+    """Input indices [out, taps] (to be clamped: edge padding) and weights [out, taps], the ONNX
     reference's neighbour selection: the taps nearest x_ori, ties to the smaller index."""
     fl = np.floor(x_ori)
     ratios = np.where(x_ori == fl, 1.0, x_ori - fl)
@@ -111,7 +111,47 @@ def axis_taps(x_ori: np.ndarray, n_in: int, scale: float, coeff_fn, exclude_outs
         coeffs = np.where((taps < 0) | (taps >= n_in), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    return np.clip(taps, 0, n_in - 1), coeffs
+    return taps, coeffs
+
+
+def fit_floordiv(t: np.ndarray) -> tuple[int, int, int] | None:
+    """``(p, q, d)`` with ``t[i] == (p*i + q) // d`` for every i (smallest d), or None. Nearest
+    and linear taps of a rational scale have this form: a floor division, not a table."""
+    t = np.asarray(t, dtype=np.int64)
+    n = len(t)
+    if n == 1:
+        return 0, int(t[0]), 1
+    i = np.arange(n)
+    for d in range(1, n + 1):
+        slope = d * (int(t[-1]) - int(t[0])) / (n - 1)
+        for p in range(math.floor(slope) - 1, math.ceil(slope) + 2):
+            lo, hi = int((d * t - p * i).max()), int((d * t + d - 1 - p * i).min())
+            if lo <= hi:
+                return p, lo, d
+    return None
+
+
+def tap_map(in_shape, axis: int, taps: np.ndarray) -> layout.IndexMap:
+    """A view reading ``in[..., clamp(taps[i], 0, n - 1), ...]`` at output position i of ``axis``:
+    affine or floor-div index arithmetic when the taps follow one, a constant table otherwise."""
+    n = in_shape[axis]
+    out_shape = list(in_shape)
+    out_shape[axis] = len(taps)
+    clamped = np.clip(taps, 0, n - 1)
+    v = ix.var(axis)
+    expr = None
+    for table, clamp in ((clamped, False), (taps, True)):
+        fit = fit_floordiv(table)
+        if fit is not None:
+            p, q, d = fit
+            expr = ix.floordiv(v * p + q, d, out_shape)
+            if clamp:
+                expr = ix.minimum(ix.maximum(expr, 0, out_shape), n - 1, out_shape)
+            break
+    if expr is None:
+        expr = ix.lookup(clamped, v, out_shape)
+    index = [expr if k == axis else ix.var(k) for k in range(len(in_shape))]
+    return layout.make(out_shape, in_shape, index)
 
 
 def _opt_const(ctx: NodeContext, i: int, what: str) -> np.ndarray | None:
@@ -158,8 +198,8 @@ def _plan(ctx: NodeContext):
             sizes = full
         if roi is not None:
             full = [0.0] * r + [1.0] * r
-            for i, d in enumerate(axes):
-                full[d], full[r + d] = float(roi[i]), float(roi[len(axes) + i])
+            for i, d in enumerate(axes):  # numpy scalars: roi terms are computed in roi's dtype,
+                full[d], full[r + d] = roi[i], roi[len(axes) + i]  # as the ONNX reference does
             roi = full
     if sizes is not None:
         scales = [sizes[d] / s[d] for d in range(r)]
@@ -219,7 +259,7 @@ def _resize_axis(ctx: NodeContext, y, d: int, taps, weights, outside, extrap: fl
     s = b.shape(y)
     if nearest:
         idx = taps[np.arange(len(taps)), np.argmax(weights, axis=1)]
-        m = layout.take(s, d, idx)
+        m = tap_map(s, d, idx)
         if outside.any():
             ok = ix.lookup((~outside).astype(np.int64), ix.var(d), m.out_shape)
             m = layout.make(m.out_shape, m.in_shape, m.index, [Cond(ok, 1, 2)], extrap)
@@ -230,7 +270,7 @@ def _resize_axis(ctx: NodeContext, y, d: int, taps, weights, outside, extrap: fl
         w = weights[:, k]
         if not w.any():
             continue
-        term = b.view(y, layout.take(s, d, taps[:, k]))
+        term = b.view(y, tap_map(s, d, taps[:, k]))
         if not (w == 1).all():
             term = b.binary(Op.MUL, term, b.constant(w.astype(ctx.dtype(0)).reshape(bshape)))
         acc = term if acc is None else b.binary(Op.ADD, acc, term)
