@@ -43,7 +43,7 @@ def feeds_of(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray | None]) ->
 
 
 def run_kernorch(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    g, report = import_onnx(model)
+    g, report = import_onnx(model, input_shapes={k: np.shape(v) for k, v in feeds.items()})
     assert not report.opaque, f"ops kept whole: {report.opaque}"
     assert all(p.op is not Op.OPAQUE for p in g.prims)
     by_name = {g.name(v): v for v in g.inputs}

@@ -13,8 +13,9 @@ from kernorch.fission.registry import NodeContext, rule
 from kernorch.fission.rules.elementwise import scalar_like
 from kernorch.ir.prims import Op
 
-def reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
-    """The normalized reduced axes, or None for 'no reduction' (noop_with_empty_axes on empty axes)."""
+def reduce_axes(ctx: NodeContext) -> tuple[int, ...]:
+    """The normalized reduced axes; () with noop_with_empty_axes on empty axes (the elementwise
+    part still applies: ReduceSumSquare becomes a square)."""
     rank = len(ctx.shape(0))
     if ctx.has_input(1):
         axes = ctx.require_const(1, "axes").reshape(-1).tolist()
@@ -22,7 +23,7 @@ def reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
         axes = ctx.attr("axes", None) or []
     if not axes:
         if ctx.attr("noop_with_empty_axes", 0):
-            return None
+            return ()
         return tuple(range(rank))
     out = []
     for a in axes:
@@ -33,12 +34,13 @@ def reduce_axes(ctx: NodeContext) -> tuple[int, ...] | None:
 
 
 def _empty_value(op_type: str, dtype: str):
-    """What a reduction over zero elements yields (the ONNX reference's convention)."""
+    """What a reduction over zero elements yields: the identity of the reduction (the ONNX
+    reference's convention); ReduceMean, undefined by ONNX, gives 0 as onnxruntime does."""
     dt = np.dtype(dtype)
     big = np.inf if dt.kind == "f" else (np.iinfo(dt).max if dt.kind in "iu" else True)
     small = -np.inf if dt.kind == "f" else (np.iinfo(dt).min if dt.kind in "iu" else False)
     return {"ReduceProd": 1, "ReduceMax": small, "ReduceMin": big, "ReduceLogSum": -np.inf,
-            "ReduceLogSumExp": -np.inf, "ReduceMean": np.nan}.get(op_type, 0)
+            "ReduceLogSumExp": -np.inf}.get(op_type, 0)
 
 
 def _mean(ctx: NodeContext, s: int, n: int) -> int:
@@ -67,8 +69,6 @@ def reduce(ctx: NodeContext):
     b, x = ctx.b, ctx.x(0)
     shape = ctx.shape(0)
     axes = reduce_axes(ctx)
-    if axes is None:
-        return [x]
     keepdims = bool(ctx.attr("keepdims", 1))
     if ctx.op_type == "ReduceLogSumExp" and ctx.dtype(0) not in ("float16", "float32", "float64"):
         raise ctx.unsupported(f"dtype {ctx.dtype(0)} is not supported")
