@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kernorch.codegen import build as cbuild
+from kernorch.codegen.build import function as library_function, load as load_library
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import KernorchError
@@ -114,8 +114,8 @@ def load(path: str | os.PathLike) -> CompiledModel:
     for rec in meta["kernels"]:
         prov = rec["provider"]
         if prov == "c":
-            lib = cbuild.load((d / "libs" / rec["lib"]).resolve())
-            fn = cbuild.function(lib, rec["spec"].name)
+            lib = load_library((d / "libs" / rec["lib"]).resolve())
+            fn = library_function(lib, rec["spec"].name)
             kernels.append(CKernel(rec["spec"], fn, lib, rec["source"], rec["threads"], g.types))
         elif prov == "torch":
             kernels.append(LinearKernel(g, set(rec["members"]), list(rec["outputs"])))

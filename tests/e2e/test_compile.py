@@ -1,0 +1,71 @@
+"""compile() end to end: every strategy against onnxruntime, the tuning database, save/load."""
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import kernorch
+from kernorch.orchestrate.tuning_db import TuningDB
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_cnn.onnx"
+
+
+def _ort(path, feeds):
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def _feeds(seed=0):
+    return {"input": np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def _close(got, want):
+    scale = max(1.0, float(np.abs(want).max()))
+    assert np.abs(np.asarray(got) - want).max() <= 1e-4 * scale
+
+
+@pytest.mark.parametrize("strategy", ["unfused", "per-operator", "greedy", "optimal"])
+def test_every_strategy_matches_onnxruntime(strategy, tmp_path):
+    model = kernorch.compile(EXAMPLE, strategy=strategy, cost="model", db=tmp_path / "db.sqlite", progress=False)
+    feeds = _feeds()
+    (want,) = _ort(EXAMPLE, feeds)
+    _close(model(feeds["input"]), want)
+    _close(model.run(feeds)[model.output_names[0]].numpy(), want)
+
+
+def test_measured_compile_then_warm_database_measures_nothing(tmp_path):
+    db = tmp_path / "tune.sqlite"
+    first = kernorch.compile(EXAMPLE, db=db, progress=False)
+    assert first.report.measured > 0 and first.report.cached == 0
+    assert TuningDB(db).count() >= first.report.measured
+    second = kernorch.compile(EXAMPLE, db=db, progress=False)
+    assert second.report.measured == 0
+    assert second.report.cached == first.report.measured
+    assert len(second.kernels) == len(first.kernels)
+    feeds = _feeds(1)
+    (want,) = _ort(EXAMPLE, feeds)
+    _close(second(feeds["input"]), want)
+
+
+def test_save_load_roundtrip_is_bit_identical(tmp_path):
+    model = kernorch.compile(EXAMPLE, cost="model", db=tmp_path / "db.sqlite", progress=False)
+    x = _feeds(2)["input"]
+    before = model(x)
+    model.save(tmp_path / "saved")
+    loaded = kernorch.load(tmp_path / "saved")
+    after = loaded(x)
+    assert np.array_equal(before, after)
+    assert [k.provider for k in loaded.kernels] == [k.provider for k in model.kernels]
+
+
+def test_load_of_a_non_model_directory_is_one_clear_error(tmp_path):
+    with pytest.raises(kernorch.KernorchError, match="not a saved kernorch model"):
+        kernorch.load(tmp_path)
+
+
+def test_wrong_input_shape_names_the_input(tmp_path):
+    model = kernorch.compile(EXAMPLE, cost="model", db=tmp_path / "db.sqlite", progress=False)
+    with pytest.raises(kernorch.KernorchError, match="input 'input' has shape"):
+        model(np.zeros((1, 3, 8, 8), np.float32))
