@@ -167,6 +167,9 @@ class _Work:
             self.users[o].clear()
         for q in new:
             self._add(q)
+        for o, n in mapping.items():  # a replaced value's name moves to the prim built for it
+            if n in new_ids and o in self.names and n not in self.names:
+                self.names[n] = self.names[o]
         self.before.setdefault(anchor.output, []).extend(q.output for q in new)
         self.kill(list(mapping), count_roots=False)
         self.kill(candidates)
@@ -207,7 +210,7 @@ class _Work:
                         stack.append((i, False))
         self.order = out
 
-    def to_graph(self, names: Mapping[ValueId, str]) -> Graph:
+    def to_graph(self) -> Graph:
         g = Graph()
         live: set[ValueId] = set()
         stack = [v for v in self.outputs if v in self.producer]
@@ -228,7 +231,7 @@ class _Work:
         g.inputs = list(self.inputs)
         g.outputs = list(self.outputs)
         g.constants = {v: a for v, a in self.constants.items() if v in used}
-        g.names = {v: n for v, n in names.items() if v in used}
+        g.names = {v: n for v, n in self.names.items() if v in used}
         self.removed_dead += sum(1 for v in self.producer if v not in live)
         return g
 
@@ -352,7 +355,7 @@ def run_rules(graph: Graph, rules: Sequence[tuple[str, Rule]], options: RewriteO
             break
     else:
         warnings.warn(f"rewrites did not reach a fixed point in {options.max_sweeps} sweeps", stacklevel=2)
-    out = w.to_graph(w.names)
+    out = w.to_graph()
     report["dce"] = report.get("dce", 0) + w.removed_dead
     verify(out)
     return out, report

@@ -4,6 +4,8 @@ same dtype and reductions over size-1 axes disappear."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from kernorch.ir.interp import eval_prim
 from kernorch.ir.prims import REDUCE_OPS, Op, Prim
 from kernorch.rewrite.driver import Ctx, Replacement
@@ -24,7 +26,7 @@ def fold_constants(p: Prim, ctx: Ctx) -> Replacement | None:
     opts = ctx.options
     if t.size > opts.fold_max_elements or t.size > max(sum(a.size for a in args), opts.fold_growth_floor):
         return None
-    arr = eval_prim(p, args, t.dtype, t.shape)
+    arr = np.array(eval_prim(p, args, t.dtype, t.shape), order="C")  # a broadcast evaluates to a strided view
     b = ctx.builder()
     return ctx.replace(b, b.constant(arr))
 

@@ -42,6 +42,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "dce": (),
 }
 
+# Rules that only tidy up. They run to a fixed point before the structural rules (merges, the
+# matmul rewrites) join them, so that e.g. a BatchNorm is folded into each convolution before two
+# convolutions of one input are merged (a merged conv's slices no longer match the fold pattern).
+CLEANUPS: frozenset[str] = frozenset({"fold", "algebra", "cse", "bn_fold"} | set(GROUPS["views"]))
+
 DEFAULT_RULES: tuple[str, ...] = ("fold", "algebra", "cse", "dce", "views", "bn_fold", "merge_linear")
 ALL_RULES: tuple[str, ...] = DEFAULT_RULES + ("merge_linear_concat", "sum_to_matmul", "div_past_matmul")
 
@@ -70,7 +75,15 @@ def apply_rewrites(graph: Graph, rules: Iterable[str] = DEFAULT_RULES, options: 
     applications, plus ``"dce"`` -> prims removed as dead. With ``check``, the result is compared
     with ``graph`` by the reference interpreter on random inputs."""
     selected = expand(rules)
-    out, report = run_rules(graph, [(n, RULES[n]) for n in selected], options)
+    out, report = graph, {n: 0 for n in selected}
+    report["dce"] = 0
+    for phase in (CLEANUPS, None):
+        names = [n for n in selected if phase is None or n in phase]
+        if phase is not None and len(names) == len(selected):
+            continue  # nothing structural selected: one phase does it all
+        out, r = run_rules(out, [(n, RULES[n]) for n in names], options)
+        for k, c in r.items():
+            report[k] += c
     if check:
         bad = mismatches(graph, out)
         if bad:
