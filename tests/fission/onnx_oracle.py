@@ -34,7 +34,20 @@ def node_model(op_type: str, inputs: Mapping[str, np.ndarray | None], n_outputs:
     graph = helper.make_graph([node], op_type.lower(), g_in, g_out, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10 if opset <= 23 else model.ir_version
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)  # types the outputs
+    model = onnx.shape_inference.infer_shapes(model, strict_mode=True)  # types the outputs
+    if any(not o.type.HasField("tensor_type") for o in model.graph.output):
+        # shape inference gave up (e.g. GroupNormalization): type the outputs by evaluating the node
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            results = ReferenceEvaluator(model).run(None, feeds_of(model, inputs))
+            types = [(helper.np_dtype_to_tensor_dtype(r.dtype), r.shape) for r in results]
+        except Exception:  # an invalid node (a test of kernorch's error): X's dtype, unknown dims
+            x = np.asarray(next(a for a in inputs.values() if a is not None))
+            types = [(helper.np_dtype_to_tensor_dtype(x.dtype), [f"d{k}" for k in range(x.ndim)])] * len(outs)
+        for o, (dt, shape) in zip(model.graph.output, types):
+            o.CopyFrom(helper.make_tensor_value_info(o.name, dt, shape))
+    return model
 
 
 def feeds_of(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
