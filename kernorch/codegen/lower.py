@@ -22,13 +22,14 @@ from kernorch.codegen import indexing
 from kernorch.codegen.build import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Arg, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.schedule import Stage, Vars, make_schedule, work
+from kernorch.codegen.schedule import Stage, Vars, make_schedule, transposed_dim, work
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
+TILE = 16  # tile edge for transposed reads; larger tiles thrash L1 sets with power-of-two strides
 REDUCE_OP = {Op.SUM: "sum", Op.PROD: "prod", Op.RMAX: "max", Op.RMIN: "min"}
 BOOL_REDUCE = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
 
@@ -210,10 +211,60 @@ class _Lowerer:
         inner: tuple = (*nest.body.lets, *nest.tail)
         if not nest.loops:
             return [*nest.decls, *inner, *nest.after]
-        for depth, (var, extent, _) in enumerate(reversed(nest.loops)):
+        tiled = self._tile(nest, inner)
+        if tiled is not None:
+            return [*nest.decls, *tiled, *nest.after]
+        loops, inner = self._coalesce(list(nest.loops), inner)
+        for depth, (var, extent, _) in enumerate(reversed(loops)):
             red = tuple(nest.reductions) if depth == 0 else ()
             inner = (Loop(var, ix.const(0), ix.const(extent), inner, simd=depth == 0, reductions=red),)
         return [*nest.decls, *inner, *nest.after]
+
+    def _tile(self, nest: _Nest, inner: tuple) -> tuple | None:
+        """Loops for a transposed read (contiguous along a loop other than the innermost): tile
+        that loop and the innermost one so reads and writes both stay within cached lines.
+        None when there is nothing to tile (or the nest reduces)."""
+        if nest.reductions or len(nest.loops) < 2:
+            return None
+        offsets = [let.attr[1] for let in nest.body.lets if let.op == "load" and let.attr[1] is not None]
+        vars_ = [ix.var(v) for v, _, _ in nest.loops]
+        k = transposed_dim(vars_, offsets)
+        if k is None:
+            return None
+        (vk, nk, _), (vi, ni, _) = nest.loops[k], nest.loops[-1]
+        if nk < TILE or ni < TILE:
+            return None
+        tk, ti = self.vs.new(-(-nk // TILE)), self.vs.new(-(-ni // TILE))
+        sizes = self.vs.sizes
+
+        def bounds(t: int, n: int):
+            lo = ix.var(t) * TILE
+            return lo, ix.minimum(lo + TILE, n, sizes)
+
+        body: tuple = (Loop(vi, *bounds(ti, ni), inner),)  # strided reads: let gcc decide on SIMD
+        body = (Loop(vk, *bounds(tk, nk), body),)
+        body = (Loop(tk, ix.const(0), ix.const(sizes[tk]), (Loop(ti, ix.const(0), ix.const(sizes[ti]), body),)),)
+        for var, extent, _ in reversed([lp for j, lp in enumerate(nest.loops) if j not in (k, len(nest.loops) - 1)]):
+            body = (Loop(var, ix.const(0), ix.const(extent), body),)
+        return body
+
+    def _coalesce(self, loops: list, stmts: tuple) -> tuple[list, tuple]:
+        """Merge adjacent loops (a, b) into one loop c = a*nb + b when every index expression of
+        the body stays affine in c (e.g. the H and W loops of a contiguous NCHW tensor), so the
+        SIMD loop gets long. Only for nests whose loops are all alike (all elementwise or all
+        reduced), which is every nest that reaches here."""
+        j = len(loops) - 2
+        while j >= 0:
+            (a, na, _), (b, nb, db) = loops[j], loops[j + 1]
+            c = self.vs.new(na * nb)
+            sizes = self.vs.sizes
+            mapping = {a: ix.floordiv(ix.var(c), nb, sizes), b: ix.mod(ix.var(c), nb, sizes)}
+            new = _rewrite(stmts, lambda e: self.vs.subst(e, mapping), c)
+            if new is not None:
+                loops[j:j + 2] = [(c, na * nb, db)]
+                stmts = new
+            j -= 1
+        return loops, stmts
 
     def _array_reduce(self, st: Stage, I: int) -> list:
         """A reduction with several results per o: a per-thread accumulator array."""
@@ -293,3 +344,29 @@ class _Lowerer:
     def _reduce_op(self, st: Stage) -> str:
         op = REDUCE_OP[st.prim.op]
         return BOOL_REDUCE[op] if self.g.types[st.value].dtype == "bool" else op
+
+
+def _rewrite(stmts: tuple, fn, var: int) -> tuple | None:
+    """Apply ``fn`` to every index expression of ``stmts``; None if a result uses ``var`` other
+    than as a plain affine term."""
+    def ok(e: ix.Expr) -> bool:
+        return all(isinstance(a, ix.Var) or var not in ix.free_vars(ix.Expr(((a, 1),), 0)) for a, _ in e.terms)
+
+    out = []
+    for s in stmts:
+        if isinstance(s, Let) and s.op == "load" and s.attr[1] is not None:
+            e = fn(s.attr[1])
+            s = Let(s.name, s.dtype, s.op, s.args, (s.attr[0], e))
+        elif isinstance(s, Let) and s.op == "cond":
+            e = fn(s.attr[0])
+            s = Let(s.name, s.dtype, s.op, s.args, (e, *s.attr[1:]))
+        elif isinstance(s, (Store, Accum)) and s.offset is not None:
+            e = fn(s.offset)
+            s = Store(s.buf, e, s.value) if isinstance(s, Store) else Accum(s.acc, e, s.op, s.value, s.dtype)
+        else:
+            out.append(s)
+            continue
+        if not ok(e):
+            return None
+        out.append(s)
+    return tuple(out)

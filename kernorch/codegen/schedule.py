@@ -46,6 +46,7 @@ class Stage:
     reads: list[tuple[int, tuple]] = field(default_factory=list)  # materialized (value, natural index)
     natural: tuple[int, ...] = ()  # analysis variable of each dim of ``shape``
     visited: set[int] = field(default_factory=set)  # inlined values
+    tdim: int | None = None  # a dim along which some load is contiguous while the last dim is not
 
 
 @dataclass
@@ -109,9 +110,13 @@ def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars) -> list[Stage]
         st.natural = tuple(vs.new(n) for n in shape)
         idx = tuple(ix.var(v) for v in st.natural)
 
-        def leaf(v, index, body, st=st):
+        loads = []
+
+        def leaf(v, index, body, st=st, loads=loads):
             if v in mat:
                 st.reads.append((v, index))
+            if g.types[v].size > 1:
+                loads.append(indexing.flat(index, g.types[v].shape, vs.sizes))
             return body.imm(0, g.types[v].dtype)
 
         inl = Inliner(g, producers, inline, vs.sizes, Body(itertools.count()), leaf)
@@ -120,8 +125,28 @@ def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars) -> list[Stage]
         else:
             inl.compute(p, idx)
         st.visited = inl.visited
+        dims = [d for d, n in enumerate(shape) if n != 1]
+        if not st.reduce:
+            t = transposed_dim([ix.var(st.natural[d]) for d in dims], loads)
+            st.tdim = None if t is None else dims[t]
         stages.append(st)
     return stages
+
+
+def transposed_dim(loop_vars: list[ix.Expr], offsets: list[ix.Expr]) -> int | None:
+    """Position of a loop variable with unit stride in some load whose stride along the last
+    loop variable is not 0 or 1 (a transposed read); None if there is none."""
+    if len(loop_vars) < 2:
+        return None
+    coefs = [dict(e.terms) for e in offsets]
+    atoms = [v.as_atom() for v in loop_vars]
+    for c in coefs:
+        if c.get(atoms[-1], 0) in (0, 1):
+            continue
+        for d in range(len(atoms) - 1):
+            if c.get(atoms[d]) == 1:
+                return d
+    return None
 
 
 def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> int | None:
@@ -185,13 +210,19 @@ def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: int) -> int:
 
 
 def _contig(st: Stage, P: int, vs: Vars) -> int:
-    """Extent of the innermost loop when it runs along the last (contiguous) dim, else 1."""
+    """Extent of the innermost loop when it runs along the last (contiguous) dim, else 1; for a
+    transposed read, the smaller of that and the inner extent along the read's contiguous dim
+    (both are needed to tile)."""
     it = indexing.split(st.shape, st.axes, P, vs.new(P), vs.new, vs.sizes)
     if it is None or not it.loops:
         return 1
     last = max((d for d, n in enumerate(st.shape) if n != 1), default=-1)
     var, extent, dim = it.loops[-1]
-    return extent if dim == last else 1
+    if dim != last:
+        return 1
+    if st.tdim is not None:
+        extent = min(extent, next((e for _, e, d in it.loops if d == st.tdim), 1))
+    return extent
 
 
 def work(stages: list[Stage]) -> int:

@@ -1,0 +1,127 @@
+"""Linear kernels run through PyTorch: matmul / batched matmul with a transposed operand view,
+bias adds, convolutions (asymmetric pads, groups), transposed convolutions; and what
+can_generate refuses around them."""
+
+import numpy as np
+import pytest
+
+from cg_util import check, finish
+from kernorch import codegen
+from kernorch.ir import layout
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import ConvAttrs, Op
+
+
+def _matmul_bias():
+    b = Builder()
+    x = b.input((7, 16))
+    w = b.constant(np.random.default_rng(0).standard_normal((16, 5)).astype(np.float32))
+    bias = b.constant(np.arange(5, dtype=np.float32))
+    return finish(b, b.binary(Op.ADD, b.matmul(x, w), bias))
+
+
+def _matmul_transposed_weight():
+    b = Builder()
+    x = b.input((7, 16))
+    w = b.input((5, 16))  # torch Linear layout: out x in
+    return finish(b, b.matmul(x, b.permute(w, (1, 0))))
+
+
+def _batched_transposed():
+    b = Builder()
+    q, k = b.input((2, 3, 9, 8)), b.input((2, 3, 11, 8))
+    return finish(b, b.matmul(q, b.permute(k, (0, 1, 3, 2))))
+
+
+def _batched_reshaped():
+    b = Builder()
+    x = b.input((6, 5, 4))
+    y = b.input((2, 3, 4, 7))
+    return finish(b, b.matmul(b.reshape(x, (2, 3, 5, 4)), y))
+
+
+def _matmul_broadcast_batch():
+    b = Builder()
+    x, w = b.input((4, 3, 8)), b.input((8, 6))
+    return finish(b, b.matmul(x, b.broadcast_to(b.reshape(w, (1, 8, 6)), (4, 8, 6))))
+
+
+def _conv(pads=(1, 1, 1, 1), groups=1, bias=True, strides=(1, 1)):
+    b = Builder()
+    x = b.input((2, 4, 9, 10))
+    w = b.constant(np.random.default_rng(1).standard_normal((6, 4 // groups, 3, 3)).astype(np.float32))
+    bb = b.constant(np.arange(6, dtype=np.float32)) if bias else None
+    return finish(b, b.conv(x, w, bb, ConvAttrs(strides, pads, (1, 1), groups)))
+
+
+def _conv_bias_add():
+    b = Builder()
+    x = b.input((1, 3, 8, 8))
+    w = b.constant(np.random.default_rng(2).standard_normal((5, 3, 3, 3)).astype(np.float32))
+    y = b.conv(x, w, None, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
+    bias = b.reshape(b.constant(np.arange(5, dtype=np.float32)), (1, 5, 1, 1))
+    return finish(b, b.binary(Op.ADD, y, bias))
+
+
+def _conv_transpose():
+    b = Builder()
+    x = b.input((1, 4, 5, 5))
+    w = b.constant(np.random.default_rng(3).standard_normal((4, 3, 3, 3)).astype(np.float32))
+    return finish(b, b.conv(x, w, None, ConvAttrs((2, 2), (1, 0, 1, 2), (1, 1), 1, (1, 1)), transpose=True))
+
+
+CASES = {
+    "matmul_bias": _matmul_bias, "matmul_transposed_weight": _matmul_transposed_weight,
+    "batched_transposed": _batched_transposed, "batched_reshaped": _batched_reshaped,
+    "matmul_broadcast_batch": _matmul_broadcast_batch, "conv": _conv,
+    "conv_asymmetric_pads": lambda: _conv(pads=(0, 1, 2, 1), strides=(2, 1)),
+    "conv_groups_no_bias": lambda: _conv(groups=2, bias=False), "conv_bias_add": _conv_bias_add,
+    "conv_transpose": _conv_transpose,
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_linear_matches_interpreter(name):
+    g, members, outputs = CASES[name]()
+    assert codegen.can_generate(g, members, outputs), codegen.why_not(g, members, outputs)
+    kernel = codegen.build(g, members, outputs)
+    assert kernel.provider == "torch"
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_preallocated_outputs_are_filled():
+    g, members, outputs = _matmul_bias()
+    kernel = codegen.build(g, members, outputs)
+    import torch
+    out = torch.empty((7, 5))
+    x = np.ones((7, 16), np.float32)
+    res = kernel.run([x] + [g.constants[v] for v in kernel.inputs[1:]], out=[out])
+    assert res[0] is out and float(out.abs().sum()) > 0
+
+
+def test_linear_refusals_name_the_reason():
+    b = Builder()
+    x, w = b.input((4, 8)), b.input((8, 3))
+    mm = b.matmul(x, w)
+    y = b.unary(Op.RELU, mm)
+    g, members, outs = finish(b, y)
+    assert "relu cannot share a kernel with matmul" in codegen.why_not(g, members, outs)
+    assert codegen.why_not(g, {mm}, [mm]) is None
+
+    b = Builder()
+    x, w = b.input((4, 8)), b.input((8, 3))
+    mm = b.matmul(b.unary(Op.EXP, x), w)
+    g, members, outs = finish(b, mm)
+    assert "computed, not a view" in codegen.why_not(g, members, outs)
+
+    b = Builder()
+    x, w, w2 = b.input((4, 8)), b.input((8, 3)), b.input((3, 2))
+    g, members, outs = finish(b, b.matmul(b.matmul(x, w), w2))
+    assert "at most one linear prim" in codegen.why_not(g, members, outs)
+
+    b = Builder()
+    x = b.input((4, 8))
+    w = b.input((8, 3))
+    flipped = b.view(w, layout.flip((8, 3), (0,)))
+    g, members, outs = finish(b, b.matmul(x, flipped))
+    assert "not a strided view" in codegen.why_not(g, members, outs)
