@@ -361,9 +361,20 @@ def _gather_plan(m: IndexMap, table: np.ndarray) -> ViewPlan:
     return ViewPlan("gather", (Step("gather", table=idx, mask=None if mask.all() else mask, value=float(m.pad)),))
 
 
-@lru_cache(maxsize=512)
 def plan_view(m: IndexMap) -> ViewPlan:
-    """The cheapest recognized chain of steps equal to ``m``; a gather when nothing else fits."""
+    """The cheapest recognized chain of steps equal to ``m``; a gather when nothing else fits.
+    Recognized plans are cached; gathers are not (their tables can be megabytes)."""
+    plan = _cached(m)
+    return plan if plan is not None else _gather_plan(m, flat_table(m))
+
+
+@lru_cache(maxsize=1024)
+def _cached(m: IndexMap) -> ViewPlan | None:
+    plan = _plan(m)
+    return None if plan.kind == "gather" else plan
+
+
+def _plan(m: IndexMap) -> ViewPlan:
     table = flat_table(m)
     if math.prod(m.in_shape) == 0 or table.size == 0:
         return _gather_plan(m, table)

@@ -14,6 +14,7 @@ from kernorch.providers import (BuiltKernel, OpenVinoProvider, OrtProvider, Prov
 from kernorch.providers.select import MedianTimer
 
 import provider_candidates as C
+from test_to_onnx import VIEWS
 
 PROVIDERS = {"ort": lambda: OrtProvider(threads=1), "openvino": lambda: OpenVinoProvider(threads=1),
              "torch": lambda: TorchProvider("eager", threads=1),
@@ -163,3 +164,17 @@ def test_median_timer_counts_runs():
     t = MedianTimer(warmup=2, repeats=3, min_sample_s=0)
     assert t(lambda: calls.append(1), "x") >= 0
     assert len(calls) == 2 + 3
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_openvino_runs_every_view_plan(view):
+    p = _provider("openvino")
+    m, kind = VIEWS[view]
+    b = Builder()
+    v = b.view(b.input(m.in_shape), m)
+    y = b.unary(Op.NEG, v)
+    b.g.outputs = [y]
+    built = p.build(b.g, [v, y], [y])
+    ok, err, detail = verify(built, b.g, [v, y], [y])
+    assert ok, detail
+    assert f"{kind} view" in built.detail
