@@ -35,17 +35,22 @@ class ProviderRecord:
 
 
 class MedianTimer:
-    """Warm up, then the median of ``repeats`` samples; each sample loops enough runs to last
-    ``min_sample_s`` so microsecond kernels are not timer noise."""
+    """Warm up (at least ``warmup`` runs and ``min_warmup_s``: thread pools that slept while
+    another provider ran must be awake), then the median of ``repeats`` samples; each sample
+    loops enough runs to last ``min_sample_s`` so microsecond kernels are not timer noise."""
 
-    def __init__(self, warmup: int = 3, repeats: int = 9, min_sample_s: float = 2e-4) -> None:
+    def __init__(self, warmup: int = 3, repeats: int = 9, min_sample_s: float = 2e-4,
+                 min_warmup_s: float = 0.01) -> None:
         self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
+        self.min_warmup_s = min_warmup_s
 
     def __call__(self, fn: Callable[[], object], provider: str = "") -> float:
         t0 = time.perf_counter()
-        for _ in range(self.warmup):
+        runs = 0
+        while runs < self.warmup or (time.perf_counter() - t0 < self.min_warmup_s and runs < 1000):
             fn()
-        per = max((time.perf_counter() - t0) / max(self.warmup, 1), 1e-9)
+            runs += 1
+        per = max((time.perf_counter() - t0) / max(runs, 1), 1e-9)
         number = max(1, min(1000, int(self.min_sample_s / per)))
         samples = []
         for _ in range(self.repeats):
