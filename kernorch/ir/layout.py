@@ -60,6 +60,11 @@ class IndexMap:
 
     def gather(self, x: np.ndarray) -> np.ndarray:
         """Apply the map to a concrete array (the reference semantics)."""
+        fast = self._strided(x)
+        return fast if fast is not None else self.gather_by_index(x)
+
+    def gather_by_index(self, x: np.ndarray) -> np.ndarray:
+        """``gather`` through explicit index arrays: the definition, for any map."""
         grid = np.indices(self.out_shape, dtype=np.int64) if self.out_shape else []
         env = list(grid)
         idx = []
@@ -77,6 +82,35 @@ class IndexMap:
             fill = np.array(self.pad).astype(x.dtype) if x.dtype != np.bool_ else bool(self.pad)
             out = np.where(ok, out, fill)
         return out
+
+    def _strided(self, x: np.ndarray) -> np.ndarray | None:
+        """The same result without index arrays when the map is a strided view (unmasked, every
+        index affine in the output variables and in range: permute, slice, broadcast, unpadded
+        windows) or a reshape. Index arrays cost 8 bytes per element and output dim: a transposed
+        100M-element weight would take gigabytes."""
+        if self.mask or x.size == 0:
+            return None
+        x = np.ascontiguousarray(x)
+        strides = [0] * len(self.out_shape)
+        offset = 0
+        for d, e in enumerate(self.index):
+            for atom, coef in e.terms:
+                if not isinstance(atom, ix.Var):
+                    return self._reshaped(x)
+                strides[atom.i] += coef * x.strides[d]
+            lo, hi = ix.bounds(e, self.out_shape)
+            if lo < 0 or hi >= self.in_shape[d]:
+                return None
+            offset += e.const * x.strides[d]
+        flat = x.reshape(-1)[offset // x.itemsize:]
+        return np.lib.stride_tricks.as_strided(flat, self.out_shape, strides, writeable=False).copy()
+
+    def _reshaped(self, x: np.ndarray) -> np.ndarray | None:
+        if math.prod(self.in_shape) != math.prod(self.out_shape):
+            return None
+        if self.index != reshape(self.in_shape, self.out_shape).index:
+            return None
+        return x.reshape(self.out_shape).copy()
 
 
 def _same_pad(a: float, b: float) -> bool:
