@@ -6,8 +6,19 @@
 """
 
 from kernorch.errors import KernorchError
-from kernorch.runtime.compile import compile
-from kernorch.runtime.model import CompiledModel, load
 
 __all__ = ["CompiledModel", "KernorchError", "compile", "load"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Lazy: importing any kernorch module (the CLI, the frontend) must not pay for torch + codegen."""
+    if name == "compile":
+        from kernorch.runtime.compile import compile
+
+        return compile
+    if name in ("CompiledModel", "load"):
+        from kernorch.runtime import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'kernorch' has no attribute {name!r}")
