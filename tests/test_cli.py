@@ -152,3 +152,15 @@ def test_width_of_example_matches_brute_force():
 
     g, _ = import_onnx(EXAMPLE)
     assert graph_width(g) == _brute_width(g)
+
+
+def test_cli_and_import_do_not_load_torch():
+    """`kernorch inspect` stays fast (< 5 s on SegFormer-B0) because importing a model needs no torch."""
+    code = ("import sys, kernorch, kernorch.cli\n"
+            "from kernorch.frontend.onnx_import import import_onnx\n"
+            "from kernorch.frontend.summary import summarize\n"
+            f"import_onnx({str(EXAMPLE)!r})\n"
+            "heavy = sorted(m for m in ('torch', 'triton', 'kernorch.runtime', 'kernorch.codegen') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
