@@ -4,7 +4,7 @@
     why_not(g, members, outputs) -> str | None          the reason when it cannot
     lower(g, members, outputs) -> KernelSpec            loop-level description of a C kernel
     emit_module(specs) -> str                           C source of many kernels
-    build(g, members, outputs, num_threads=None) -> Kernel
+    build_kernel(g, members, outputs, num_threads=None) -> Kernel
     build_many(items, num_threads=None, g=None) -> list[Kernel]   one compiler call per batch
     Kernel.run(inputs, out=None) -> list[torch.Tensor]; .inputs / .outputs value ids; .source
 """
@@ -13,13 +13,14 @@ from kernorch.codegen.c import emit_module
 from kernorch.codegen.feasible import CannotGenerate, why_not
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.lower import lower
-from kernorch.codegen.runner import Kernel, build, build_many
+from kernorch.codegen.build import build_kernel, build_many
+from kernorch.codegen.runner import Kernel
 
 
 def can_generate(g, members, outputs) -> bool:
-    """True when ``build`` can produce this kernel (see ``why_not`` for the reason otherwise)."""
+    """True when ``build_kernel`` can produce this kernel (see ``why_not`` for the reason otherwise)."""
     return why_not(g, members, outputs) is None
 
 
-__all__ = ["CannotGenerate", "Kernel", "KernelSpec", "build", "build_many", "can_generate", "emit_module", "lower",
+__all__ = ["CannotGenerate", "Kernel", "KernelSpec", "build_kernel", "build_many", "can_generate", "emit_module", "lower",
            "why_not"]

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from kernorch.codegen import indexing
-from kernorch.codegen.build import default_threads
+from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Arg, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.schedule import Stage, Vars, make_schedule, transposed_dim, work
@@ -73,7 +73,7 @@ class _Nest:
 
 def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | None = None,
           num_threads: int | None = None) -> KernelSpec:
-    """The KernelSpec of a C kernel scheduled for ``num_threads`` (default: build.default_threads());
+    """The KernelSpec of a C kernel scheduled for ``num_threads`` (default: toolchain.default_threads());
     raises CannotGenerate with the reason otherwise."""
     members = set(members)
     reason = why_not(g, members, outputs)

@@ -1,31 +1,25 @@
-"""Uniform kernel objects and batch building.
+"""Uniform kernel objects.
 
 Every kernel, whoever implements it (generated C, PyTorch for linear prims, the reference
 implementation for opaque prims), is a ``Kernel``: ``inputs``/``outputs`` are graph value ids,
 ``run(inputs, out=None)`` takes tensors/arrays in ``inputs`` order and returns (or fills) the
-outputs. Outputs must not alias inputs. C kernels run with ``num_threads`` OpenMP threads:
-default ``$KERNORCH_NUM_THREADS``, else the CPUs this process may use; fixed per kernel (the
-schedule is chosen for it).
+outputs. Outputs must not alias inputs. C kernels run with a fixed number of OpenMP threads
+(see build.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
-from kernorch.codegen import build as _build
-from kernorch.codegen.build import default_threads
-from kernorch.codegen.c import HEADER, emit_kernel
-from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.feasible import kernel_prims
 from kernorch.codegen.kernel import KernelSpec
-from kernorch.codegen.lower import lower
-from kernorch.errors import CompilerError, InputError
+from kernorch.errors import InputError
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.interp import eval_opaque
-from kernorch.ir.prims import Kind
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
@@ -108,61 +102,3 @@ class OpaqueKernel(Kernel):
         arrays = [ins[k].numpy() for k in self._pos]
         res = np.asarray(eval_opaque(self.prim, arrays)).astype(self._dtype, copy=False)
         outs[0].copy_(torch.from_numpy(np.ascontiguousarray(res)).reshape(outs[0].shape))
-
-
-Item = Union[KernelSpec, tuple]
-
-
-def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None) -> list[Kernel]:
-    """Build many kernels with one compiler call. ``items`` are KernelSpecs (then pass the graph
-    ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque)."""
-    threads = num_threads or default_threads()
-    out: list[Kernel | None] = [None] * len(items)
-    specs: list[tuple[int, KernelSpec, Graph]] = []
-    for k, item in enumerate(items):
-        if isinstance(item, KernelSpec):
-            if g is None:
-                raise ValueError("build_many needs the graph when given KernelSpecs")
-            specs.append((k, item, g))
-            continue
-        graph, members, outputs = item
-        members = set(members)
-        reason = why_not(graph, members, outputs)
-        if reason is not None:
-            raise CannotGenerate(reason)
-        kinds = {p.kind for p in kernel_prims(graph, members)}
-        if Kind.OPAQUE in kinds:
-            out[k] = OpaqueKernel(graph, members)
-        elif Kind.LINEAR in kinds:
-            from kernorch.codegen.linear import LinearKernel
-
-            out[k] = LinearKernel(graph, members, outputs)
-        else:
-            specs.append((k, lower(graph, members, outputs, num_threads=threads), graph))
-    if specs:
-        for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads)):
-            out[k] = kern
-    return out  # type: ignore[return-value]
-
-
-def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKernel]:
-    sources: dict[str, str] = {}
-    for spec, _ in specs:
-        sources.setdefault(spec.name, emit_kernel(spec))
-    try:
-        path = _build.compile_source(HEADER + "\n" + "\n".join(sources.values()))
-    except CompilerError:
-        for name, src in sources.items():  # find the culprit for the message
-            try:
-                _build.compile_source(HEADER + "\n" + src)
-            except CompilerError as err:
-                raise CompilerError(f"kernel {name}: {err}") from None
-        raise
-    lib = _build.load(path)
-    return [CKernel(spec, _build.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads, gr.types)
-            for spec, gr in specs]
-
-
-def build(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None) -> Kernel:
-    """Build one kernel (C, linear or opaque)."""
-    return build_many([(g, set(members), list(outputs))], num_threads)[0]

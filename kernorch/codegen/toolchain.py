@@ -1,5 +1,5 @@
-"""Build C kernels with the system compiler: one translation unit / shared library per batch,
-cached on disk by a hash of (source, compiler, flags), loaded with ctypes.
+"""The C toolchain: find the system compiler, compile a translation unit to a shared library
+cached on disk by a hash of (source, compiler, flags), load it with ctypes.
 
 Flags: ``-O3 -march=native -fopenmp -ffp-contract=off``, plus ``-fno-math-errno`` and
 ``-fno-trapping-math``. Neither changes a computed value: the first only stops libm calls from

@@ -84,14 +84,14 @@ CASES = {
 def test_linear_matches_interpreter(name):
     g, members, outputs = CASES[name]()
     assert codegen.can_generate(g, members, outputs), codegen.why_not(g, members, outputs)
-    kernel = codegen.build(g, members, outputs)
+    kernel = codegen.build_kernel(g, members, outputs)
     assert kernel.provider == "torch"
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_preallocated_outputs_are_filled():
     g, members, outputs = _matmul_bias()
-    kernel = codegen.build(g, members, outputs)
+    kernel = codegen.build_kernel(g, members, outputs)
     import torch
     out = torch.empty((7, 5))
     x = np.ones((7, 16), np.float32)

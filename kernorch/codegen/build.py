@@ -1,0 +1,80 @@
+"""Build kernels: many C kernels per compiler call (one translation unit, one shared library per
+batch, cached by source hash in toolchain.py), linear kernels through torch, opaque kernels
+through the reference implementation. Every result is a runner.Kernel.
+
+Threads: a C kernel is scheduled for and runs with ``num_threads`` OpenMP threads, fixed when it
+is built: by default ``$KERNORCH_NUM_THREADS``, else the CPUs this process may use.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence, Union
+
+from kernorch.codegen import toolchain
+from kernorch.codegen.c import HEADER, emit_kernel
+from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.kernel import KernelSpec
+from kernorch.codegen.lower import lower
+from kernorch.codegen.runner import CKernel, Kernel, OpaqueKernel
+from kernorch.codegen.toolchain import cache_dir, compile_source, default_threads, function, load  # noqa: F401
+from kernorch.errors import CompilerError
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind
+
+
+Item = Union[KernelSpec, tuple]
+
+
+def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None) -> list[Kernel]:
+    """Build many kernels with one compiler call. ``items`` are KernelSpecs (then pass the graph
+    ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque)."""
+    threads = num_threads or default_threads()
+    out: list[Kernel | None] = [None] * len(items)
+    specs: list[tuple[int, KernelSpec, Graph]] = []
+    for k, item in enumerate(items):
+        if isinstance(item, KernelSpec):
+            if g is None:
+                raise ValueError("build_many needs the graph when given KernelSpecs")
+            specs.append((k, item, g))
+            continue
+        graph, members, outputs = item
+        members = set(members)
+        reason = why_not(graph, members, outputs)
+        if reason is not None:
+            raise CannotGenerate(reason)
+        kinds = {p.kind for p in kernel_prims(graph, members)}
+        if Kind.OPAQUE in kinds:
+            out[k] = OpaqueKernel(graph, members)
+        elif Kind.LINEAR in kinds:
+            from kernorch.codegen.linear import LinearKernel
+
+            out[k] = LinearKernel(graph, members, outputs)
+        else:
+            specs.append((k, lower(graph, members, outputs, num_threads=threads), graph))
+    if specs:
+        for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads)):
+            out[k] = kern
+    return out  # type: ignore[return-value]
+
+
+def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKernel]:
+    sources: dict[str, str] = {}
+    for spec, _ in specs:
+        sources.setdefault(spec.name, emit_kernel(spec))
+    try:
+        path = toolchain.compile_source(HEADER + "\n" + "\n".join(sources.values()))
+    except CompilerError:
+        for name, src in sources.items():  # find the culprit for the message
+            try:
+                toolchain.compile_source(HEADER + "\n" + src)
+            except CompilerError as err:
+                raise CompilerError(f"kernel {name}: {err}") from None
+        raise
+    lib = toolchain.load(path)
+    return [CKernel(spec, toolchain.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads, gr.types)
+            for spec, gr in specs]
+
+
+def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None) -> Kernel:
+    """Build one kernel (C, linear or opaque)."""
+    return build_many([(g, set(members), list(outputs))], num_threads)[0]
