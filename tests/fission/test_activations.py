@@ -93,3 +93,19 @@ def test_clip_dtypes(dtype):
     lo, hi = np.asarray(-7, dtype), np.asarray(9, dtype)
     out = check("Clip", {"x": x, "lo": lo, "hi": hi}, opset=13, consts=["lo", "hi"])
     assert out[0].dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"lambd": 1.5}, {"lambd": 1.0, "bias": 0.5}])
+def test_shrink(attrs):
+    check("Shrink", {"x": X}, **attrs)
+
+
+def test_shrink_int():
+    check("Shrink", {"x": (X * 3).astype(np.int32)}, lambd=1.5, bias=1.0)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"alpha": 1.702}])
+def test_swish(attrs):
+    from onnx_oracle import run_reference
+
+    check("Swish", {"x": X}, opset=24, oracle=run_reference, **attrs)

@@ -82,3 +82,17 @@ def test_castlike(src, dst):
     x = (f32(3, 4) * 5).astype(src)
     out = check("CastLike", {"x": x, "like": np.zeros((1,), dst)}, consts=["like"])
     assert out[0].dtype == np.dtype(dst)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"detect_negative": 0}, {"detect_positive": 0},
+                                   {"detect_positive": 0, "detect_negative": 0}])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_isinf(attrs, dtype):
+    x = np.asarray([-np.inf, -1.0, 0.0, np.nan, 2.0, np.inf], dtype).reshape(2, 3)
+    check("IsInf", {"x": x}, opset=20, **attrs)
+
+
+@pytest.mark.parametrize("op,lo,hi", [("Sinh", -5, 5), ("Cosh", -5, 5), ("Tan", -1.4, 1.4), ("Asinh", -50, 50),
+                                      ("Acosh", 1, 50), ("Atanh", -0.99, 0.99)])
+def test_hyperbolic_and_tan(op, lo, hi):
+    check(op, {"x": RNG.uniform(lo, hi, (4, 25)).astype(np.float32)})

@@ -173,3 +173,17 @@ def test_lrn_even_size_and_other_ranks(size, shape):
     model = node_model("LRN", {"x": x}, size=size, alpha=1e-2, beta=0.6, bias=1.5)
     out = run_kernorch(model, {"x": x})[0]
     np.testing.assert_allclose(out, _lrn_brute_force(x, size, 1e-2, 0.6, 1.5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_lp_norm(p, axis):
+    x = f32(3, 4, 5)
+    x[1, 2] = 0.0  # zero rows along the last axis normalize to zero
+    check("LpNormalization", {"x": x}, opset=18, p=p, axis=axis)
+
+
+@pytest.mark.parametrize("axes", [[0, 2, 3], [1], [2, 3]], ids=str)  # default: conformance test_mvn
+def test_mean_variance_norm(axes):
+    attrs = {} if axes is None else {"axes": axes}
+    check("MeanVarianceNormalization", {"x": f32(2, 3, 4, 5, scale=3, shift=5)}, **attrs)

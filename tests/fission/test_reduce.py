@@ -131,3 +131,12 @@ def test_arg_reduce_dtypes(op, dtype):
 
 def test_argmax_default_axis_random():
     check("ArgMax", {"x": RNG.standard_normal((5, 3)).astype(np.float32)}, opset=11)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("axis", [None, 0, 1, 2, -1])
+def test_hardmax(opset, axis):
+    """Ties resolve to the first maximum; before opset 13 the input is coerced to 2-D at axis."""
+    x = RNG.integers(0, 4, (2, 3, 4)).astype(np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    check("Hardmax", {"x": x}, opset=opset, **attrs)

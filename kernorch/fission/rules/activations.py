@@ -163,3 +163,24 @@ def _scalar_input(ctx: NodeContext, i: int) -> int:
     if c is not None:
         return ctx.b.scalar(c.reshape(()), ctx.dtype(0))
     return ctx.b.cast(ctx.b.reshape(ctx.x(i), ()), ctx.dtype(0))
+
+
+@rule("Shrink")
+def shrink(ctx: NodeContext):
+    """x + bias where x < -lambd, x - bias where x > lambd, else 0 (lambd and bias in X's dtype,
+    as the ONNX function body casts them)."""
+    b, x = ctx.b, ctx.x(0)
+    lambd = ctx.attr("lambd", 0.5)
+    bias = scalar_like(ctx, ctx.attr("bias", 0.0), x)
+    pos = b.where(b.binary(Op.GT, x, scalar_like(ctx, lambd, x)), b.binary(Op.SUB, x, bias), scalar_like(ctx, 0, x))
+    neg_l = ctx.b.scalar(-np.asarray(lambd).astype(ctx.dtype(0)), ctx.dtype(0))
+    return [b.where(b.binary(Op.LT, x, neg_l), b.binary(Op.ADD, x, bias), pos)]
+
+
+@rule("Swish")
+def swish(ctx: NodeContext):
+    """x * sigmoid(alpha * x)."""
+    b, x = ctx.b, ctx.x(0)
+    alpha = ctx.attr("alpha", 1.0)
+    arg = x if alpha == 1.0 else b.binary(Op.MUL, x, scalar_like(ctx, alpha, x))
+    return [b.binary(Op.MUL, x, b.unary(Op.SIGMOID, arg))]

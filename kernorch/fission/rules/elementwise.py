@@ -101,3 +101,55 @@ def mod(ctx: NodeContext):
         return [ctx.b.binary(Op.MOD, a, b)]
     r = ctx.b.binary(Op.MOD, ctx.b.unary(Op.ABS, a), ctx.b.unary(Op.ABS, b))
     return [ctx.b.binary(Op.MUL, ctx.b.unary(Op.SIGN, a), r)]
+
+
+@rule("IsInf")
+def is_inf(ctx: NodeContext):
+    b, x = ctx.b, ctx.x(0)
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    if np.dtype(ctx.dtype(0)).kind != "f" or not (pos or neg):
+        return [b.constant(np.zeros(ctx.shape(0), dtype=bool))]
+    if pos and neg:
+        return [b.binary(Op.EQ, b.unary(Op.ABS, x), scalar_like(ctx, np.inf, x))]
+    return [b.binary(Op.EQ, x, scalar_like(ctx, np.inf if pos else -np.inf, x))]
+
+
+def _exp_pair(ctx: NodeContext, x: int) -> tuple[int, int]:
+    b = ctx.b
+    return b.unary(Op.EXP, x), b.unary(Op.EXP, b.unary(Op.NEG, x))
+
+
+@rule("Sinh", "Cosh")
+def sinh_cosh(ctx: NodeContext):
+    """(exp(x) -/+ exp(-x)) / 2 (absolute, not relative, accuracy near 0 for Sinh)."""
+    b, x = ctx.b, ctx.x(0)
+    ep, en = _exp_pair(ctx, x)
+    s = b.binary(Op.SUB if ctx.op_type == "Sinh" else Op.ADD, ep, en)
+    return [b.binary(Op.MUL, s, scalar_like(ctx, 0.5, x))]
+
+
+@rule("Tan")
+def tan(ctx: NodeContext):
+    x = ctx.x(0)
+    return [ctx.b.binary(Op.DIV, ctx.b.unary(Op.SIN, x), ctx.b.unary(Op.COS, x))]
+
+
+@rule("Asinh", "Acosh")
+def asinh_acosh(ctx: NodeContext):
+    """Asinh = sign(x) log(|x| + sqrt(x^2 + 1)) (odd, no cancellation for x << 0);
+    Acosh = log(x + sqrt(x^2 - 1))."""
+    b, x = ctx.b, ctx.x(0)
+    asinh = ctx.op_type == "Asinh"
+    a = b.unary(Op.ABS, x) if asinh else x
+    r = b.unary(Op.SQRT, b.binary(Op.ADD if asinh else Op.SUB, b.binary(Op.MUL, x, x), scalar_like(ctx, 1.0, x)))
+    y = b.unary(Op.LOG, b.binary(Op.ADD, a, r))
+    return [b.binary(Op.MUL, b.unary(Op.SIGN, x), y) if asinh else y]
+
+
+@rule("Atanh")
+def atanh(ctx: NodeContext):
+    """0.5 log((1 + x) / (1 - x))."""
+    b, x = ctx.b, ctx.x(0)
+    one = scalar_like(ctx, 1.0, x)
+    q = b.binary(Op.DIV, b.binary(Op.ADD, one, x), b.binary(Op.SUB, one, x))
+    return [b.binary(Op.MUL, b.unary(Op.LOG, q), scalar_like(ctx, 0.5, x))]

@@ -191,6 +191,39 @@ def group_norm(ctx: NodeContext):
     return [b.binary(Op.ADD, b.binary(Op.MUL, y, params[0]), params[1])]
 
 
+@rule("LpNormalization")
+def lp_norm(ctx: NodeContext):
+    """x / ||x||_p along ``axis`` (p = 1 or 2); a zero norm divides by 1, so the output is zero."""
+    b, x = ctx.b, ctx.x(0)
+    p = ctx.attr("p", 2)
+    if p not in (1, 2):
+        raise ctx.unsupported(f"p={p}, only p=1 and p=2 are defined")
+    rank = len(ctx.shape(0))
+    axis = ctx.attr("axis", -1)
+    if not -rank <= axis < rank:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {rank}")
+    t = b.unary(Op.ABS, x) if p == 1 else b.binary(Op.MUL, x, x)
+    norm = b.reduce(Op.SUM, t, [axis % rank], keepdims=True)
+    if p == 2:
+        norm = b.unary(Op.SQRT, norm)
+    zero = b.binary(Op.EQ, norm, scalar_like(ctx, 0.0, norm))
+    return [b.binary(Op.DIV, x, b.where(zero, scalar_like(ctx, 1.0, norm), norm))]
+
+
+@rule("MeanVarianceNormalization")
+def mean_variance_norm(ctx: NodeContext):
+    """(x - mean) / (sqrt(var) + 1e-9) over ``axes`` (the ONNX function's epsilon); the variance is
+    two-pass, where the function body's E[x^2] - E[x]^2 can cancel to a negative number."""
+    b, x = ctx.b, ctx.x(0)
+    rank = len(ctx.shape(0))
+    axes = ctx.attr("axes", [0, 2, 3])
+    if any(not -rank <= a < rank for a in axes):
+        raise ctx.unsupported(f"axes {axes} out of range for rank {rank}")
+    _, d, var = moments(ctx, x, sorted({a % rank for a in axes}))
+    std = b.binary(Op.ADD, b.unary(Op.SQRT, var), scalar_like(ctx, 1e-9, var))
+    return [b.binary(Op.DIV, d, std)]
+
+
 # -- local response normalization ---------------------------------------------------------------
 
 @rule("LRN")

@@ -94,27 +94,56 @@ def reduce(ctx: NodeContext):
     return [out]
 
 
+def _first_extreme(ctx: NodeContext, x: int, axis: int, op_type: str, last: bool, keepdims: bool) -> int:
+    """Position (int64) of the first or last extreme along ``axis``: compare with the reduced
+    extreme, keep the position where it matches (n or -1 elsewhere), reduce with min (max).
+    A NaN counts as the extreme, as in NumPy."""
+    b = ctx.b
+    shape = b.shape(x)
+    n = shape[axis]
+    m = b.reduce(Op.RMAX if op_type == "ArgMax" else Op.RMIN, x, [axis], keepdims=True)
+    hit = b.binary(Op.EQ, x, m)
+    if np.dtype(b.type(x).dtype).kind == "f":
+        hit = b.binary(Op.OR, hit, b.unary(Op.ISNAN, x))
+    pos = b.where(hit, _iota(ctx, len(shape), axis, n), b.scalar(-1 if last else n, "int64"))
+    return b.reduce(Op.RMAX if last else Op.RMIN, pos, [axis], keepdims)
+
+
+def _iota(ctx: NodeContext, rank: int, axis: int, n: int) -> int:
+    return ctx.b.constant(np.arange(n, dtype=np.int64).reshape([n if d == axis else 1 for d in range(rank)]))
+
+
+def _axis(ctx: NodeContext, default: int) -> int:
+    rank = len(ctx.shape(0))
+    axis = ctx.attr("axis", default)
+    if not -rank <= axis < rank:
+        raise ctx.unsupported(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
 @rule("ArgMax", "ArgMin")
 def arg_extreme(ctx: NodeContext):
-    """Index of the first (or last) extreme along ``axis``: compare with the reduced extreme, put the
-    position where it matches (n elsewhere) and take the smallest (largest) position. A NaN counts
-    as the extreme, as in NumPy."""
-    b, x = ctx.b, ctx.x(0)
-    shape = ctx.shape(0)
-    rank = len(shape)
-    axis = ctx.attr("axis", 0)
-    if not -rank <= axis < max(rank, 1):
-        raise ctx.unsupported(f"axis {axis} out of range for rank {rank}")
-    axis %= max(rank, 1)
+    axis = _axis(ctx, 0)
+    if ctx.shape(0)[axis] == 0:
+        raise ctx.unsupported("arg-reduction needs a non-empty axis")
     keepdims = bool(ctx.attr("keepdims", 1))
     last = bool(ctx.attr("select_last_index", 0))
-    if rank == 0 or shape[axis] == 0:
-        raise ctx.unsupported("arg-reduction needs a non-empty axis")
-    n = shape[axis]
-    m = b.reduce(Op.RMAX if ctx.op_type == "ArgMax" else Op.RMIN, x, [axis], keepdims=True)
-    hit = b.binary(Op.EQ, x, m)
-    if np.dtype(ctx.dtype(0)).kind == "f":
-        hit = b.binary(Op.OR, hit, b.unary(Op.ISNAN, x))
-    iota = b.constant(np.arange(n, dtype=np.int64).reshape([n if d == axis else 1 for d in range(rank)]))
-    pos = b.where(hit, iota, b.scalar(-1 if last else n, "int64"))
-    return [b.reduce(Op.RMAX if last else Op.RMIN, pos, [axis], keepdims)]
+    return [_first_extreme(ctx, ctx.x(0), axis, ctx.op_type, last, keepdims)]
+
+
+@rule("Hardmax")
+def hardmax(ctx: NodeContext):
+    """1 at the first maximum along ``axis``, 0 elsewhere. Before opset 13 the input is coerced to
+    2-D at axis, so the maximum is taken over the flattened axis..rank-1."""
+    b, x = ctx.b, ctx.x(0)
+    shape = ctx.shape(0)
+    axis = _axis(ctx, 1 if ctx.opset < 13 else -1)
+    if math.prod(shape) == 0:
+        return [b.constant(np.zeros(shape, dtype=ctx.dtype(0)))]
+    if ctx.opset < 13:
+        x = b.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+        axis = 1
+    first = _first_extreme(ctx, x, axis, "ArgMax", False, True)
+    rank = len(b.shape(x))
+    y = b.cast(b.binary(Op.EQ, _iota(ctx, rank, axis, b.shape(x)[axis]), first), ctx.dtype(0))
+    return [b.reshape(y, shape)]
