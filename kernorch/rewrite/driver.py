@@ -171,7 +171,7 @@ class _Work:
             if n in new_ids and o in self.names and n not in self.names:
                 self.names[n] = self.names[o]
         self.before.setdefault(anchor.output, []).extend(q.output for q in new)
-        self.kill(list(mapping), count_roots=False)
+        self.kill(list(mapping) + [q.output for q in new], count_roots=False)
         self.kill(candidates)
         return True
 

@@ -5,6 +5,7 @@ that part directly."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ from kernorch.rewrite.driver import Ctx, Replacement
 _PROBE_LIMIT = 1 << 16  # elements; larger maps are identity only when syntactically so
 
 
+@functools.lru_cache(maxsize=4096)
 def is_noop(m: IndexMap) -> bool:
     """Whether the map reads every element in place: syntactically, or (for small maps whose
     expressions did not simplify to plain variables) by evaluating it on every index."""

@@ -365,3 +365,19 @@ def test_unknown_rule_names_are_refused():
 def test_default_rules_are_a_subset_of_all_rules():
     assert set(DEFAULT_RULES) <= set(ALL_RULES)
     assert "sum_to_matmul" not in DEFAULT_RULES and "div_past_matmul" not in DEFAULT_RULES
+
+
+def test_masked_views_compose_only_when_their_pads_agree():
+    b = Builder()
+    x = b.input((3, 4), name="x")
+    y = b.view(x, layout.pad((3, 4), (1, 0), (0, 2), "constant", 0.0))
+    y = b.view(y, layout.pad((4, 6), (0, 1), (1, 0), "constant", 0.0))
+    y = b.view(y, layout.window((5, 7), (2, 3), (1, 2), (0, 1), (1, 1), (4, 3)))
+    out, report = rewrite(finish(b, b.unary(Op.EXP, y)), ("views",))
+    assert ops(out) == [Op.VIEW, Op.EXP] and report["view_chain"] == 2
+    b = Builder()
+    x = b.input((3, 4), name="x")
+    y = b.view(x, layout.pad((3, 4), (1, 1), (1, 1), "constant", 0.0))
+    y = b.view(y, layout.pad((5, 6), (1, 1), (1, 1), "constant", -1.0))
+    out, report = rewrite(finish(b, b.unary(Op.EXP, y)), ("views",))
+    assert ops(out) == [Op.VIEW, Op.VIEW, Op.EXP] and report["view_chain"] == 0
