@@ -39,8 +39,8 @@ def _against_onnxruntime(model, rules):
 def test_conv_batchnorm_from_onnx_folds_to_one_conv(transpose):
     c, k = 3, 4
     w = RNG.standard_normal((c, k, 3, 3) if transpose else (k, c, 3, 3))
-    inits = {"w": w, "b": RNG.standard_normal(k), "gamma": RNG.standard_normal(k), "beta": RNG.standard_normal(k),
-             "mean": RNG.standard_normal(k), "var": RNG.random(k) + 0.5}
+    inits = {"w": w, "b": RNG.standard_normal(k), "gamma": RNG.standard_normal(k),
+             "beta": RNG.standard_normal(k), "mean": RNG.standard_normal(k), "var": RNG.random(k) + 0.5}
     conv = helper.make_node("ConvTranspose" if transpose else "Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])
     nodes = [conv, helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn"]),
              helper.make_node("Relu", ["bn"], ["y"])]
@@ -55,7 +55,8 @@ def test_attention_from_onnx(rules):
     inits = {"wq": RNG.standard_normal((d, d)), "wk": RNG.standard_normal((d, d)), "wv": RNG.standard_normal((d, 4)),
              "scale": np.array(d ** -0.5)}
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
-             helper.make_node("MatMul", ["x", "wv"], ["v"]), helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["x", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
              helper.make_node("MatMul", ["q", "kt"], ["qk"]), helper.make_node("Mul", ["qk", "scale"], ["sc"]),
              helper.make_node("Softmax", ["sc"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
     out, report = _against_onnxruntime(_model(nodes, [("x", [2, s, d])], [("y", [2, s, 4])], inits), rules)
