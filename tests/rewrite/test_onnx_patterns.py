@@ -44,7 +44,8 @@ def test_conv_batchnorm_from_onnx_folds_to_one_conv(transpose):
     conv = helper.make_node("ConvTranspose" if transpose else "Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])
     nodes = [conv, helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["bn"]),
              helper.make_node("Relu", ["bn"], ["y"])]
-    out, report = _against_onnxruntime(_model(nodes, [("x", [2, c, 6, 6])], [("y", [2, k, 6, 6])], inits), DEFAULT_RULES)
+    model = _model(nodes, [("x", [2, c, 6, 6])], [("y", [2, k, 6, 6])], inits)
+    out, report = _against_onnxruntime(model, DEFAULT_RULES)
     assert [p.op for p in out.prims] == [Op.CONV_TRANSPOSE if transpose else Op.CONV, Op.RELU]
     assert report["bn_fold"] >= 2
 
