@@ -23,8 +23,10 @@ from kernorch.ir import interp
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.tuning_db import Record, TuningDB
+from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
+from kernorch.providers.select import reason_or_none
 
-CODEGEN_VERSION = "c1"
+CODEGEN_VERSION = "c2"
 TOLERANCE = 1e-4  # max abs error allowed, relative to max(1, max |reference|)
 
 
@@ -84,25 +86,33 @@ def close(want: np.ndarray, got: np.ndarray) -> tuple[bool, str]:
     return bad <= TOLERANCE * scale, f"max abs err {bad:.3g} (scale {scale:.3g})"
 
 
-def time_kernel(kernel, feeds: Sequence[np.ndarray], min_repeats: int = 5, budget_s: float = 0.05) -> float:
-    """Median seconds of ``kernel._run`` on preallocated outputs after one warm-up."""
+def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> float:
+    """Median seconds of ``kernel._run`` on preallocated outputs (warm-up first)."""
     ins = [torch.from_numpy(np.ascontiguousarray(a)) for a in feeds]
     outs = kernel.run(ins)
-    kernel._run(ins, outs)
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_repeats or (time.perf_counter() - start < budget_s and len(times) < 50):
-        t0 = time.perf_counter()
-        kernel._run(ins, outs)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    timer = timer or MedianTimer()
+    return float(timer(lambda: kernel._run(ins, outs), getattr(kernel, "provider", "c")))
+
+
+def codegen_provider(kernel) -> str:
+    """Database name of a kernel built by kernorch's own code generator."""
+    return f"codegen:{getattr(kernel, 'provider', 'c')}"
+
+
+def external_providers(threads: int, names: Sequence[str] | None = None) -> list[Provider]:
+    """The installed external providers (onnxruntime, OpenVINO, PyTorch variants), optionally by name."""
+    out = [p for p in default_providers(threads) if p.available()]
+    if names is not None:
+        out = [p for p in out if p.name in names]
+    return out
 
 
 class MeasuredCost:
     """``cost(candidate) -> seconds | None``, backed by the tuning database."""
 
     def __init__(self, g: Graph, db: TuningDB, target: str = "cpu", threads: int | None = None,
-                 batch: int = 32, progress: Callable[[int, int], None] | None = None) -> None:
+                 batch: int = 32, progress: Callable[[int, int], None] | None = None,
+                 providers: Sequence[Provider] | None = None) -> None:
         self.g = g
         self.db = db
         self.threads = threads or default_threads()
@@ -113,12 +123,24 @@ class MeasuredCost:
         self._pos = {p.output: i for i, p in enumerate(g.prims)}
         self._memo: dict[str, float | None] = {}
         self.best: dict[str, Record] = {}
+        self.providers = list(providers) if providers is not None else external_providers(self.threads)
+        self.timer = MedianTimer()
+        self._linear = {p.output for p in g.prims if p.kind.value == "linear"}
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
 
     def can_generate(self, cand: Candidate) -> bool:
-        return codegen.can_generate(self.g, cand.nodes, ordered_outputs(self._pos, cand))
+        """kernorch's code generator can build it, or (for kernels with a linear prim) a provider can."""
+        outs = ordered_outputs(self._pos, cand)
+        if codegen.can_generate(self.g, cand.nodes, outs):
+            return True
+        return bool(self._external(cand)) and any(
+            reason_or_none(p.can_run(self.g, cand.nodes, outs)) is None for p in self.providers)
+
+    def _external(self, cand: Candidate) -> bool:
+        """External providers are tried for kernels with a linear prim, where libraries win."""
+        return bool(self.providers) and not self._linear.isdisjoint(cand.nodes)
 
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)
@@ -156,6 +178,15 @@ class MeasuredCost:
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]
+        generatable = [codegen.can_generate(*it) for it in items]
+        if not all(generatable):
+            built = iter(self._build_items([it for it, ok in zip(items, generatable) if ok]))
+            return [next(built) if ok else None for ok in generatable]
+        return self._build_items(items)
+
+    def _build_items(self, items):
+        if not items:
+            return []
         try:
             kernels = codegen.build_many(items, self.threads)
         except Exception:
@@ -168,26 +199,43 @@ class MeasuredCost:
         return kernels
 
     def _measure_one(self, key: str, cand: Candidate, kern) -> None:
+        """Verify and time the code generator's kernel and every external provider that can run
+        the candidate; store one record per provider."""
         t0 = time.perf_counter()
-        provider = getattr(kern, "provider", "c")
+        recs: dict[str, Record] = {}
         if isinstance(kern, Exception):
-            rec = Record("c", None, "build_failed", str(kern).splitlines()[0][:300] if str(kern) else type(kern).__name__)
-        else:
+            detail = str(kern).splitlines()[0][:300] if str(kern) else type(kern).__name__
+            recs["codegen"] = Record("codegen", None, "build_failed", detail)
+        elif kern is not None:
+            name = codegen_provider(kern)
             try:
                 ok, detail = verify(self.g, kern, set(cand.nodes))
-                if not ok:
-                    rec = Record(provider, None, "verify_failed", detail)
+                if ok:
+                    recs[name] = Record(name, time_kernel(kern, random_feeds(self.g, kern.inputs), self.timer), "ok")
                 else:
-                    rec = Record(provider, time_kernel(kern, random_feeds(self.g, kern.inputs)), "ok")
+                    recs[name] = Record(name, None, "verify_failed", detail)
             except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
-                rec = Record(provider, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
-        if not rec.ok:
+                recs[name] = Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
+        if self._external(cand):
+            _, _, records = best_provider(self.g, cand.nodes, ordered_outputs(self._pos, cand), self.providers,
+                                          self.timer)
+            for r in records:
+                if r.status in ("unavailable", "unsupported"):
+                    continue
+                status = {"wrong": "verify_failed"}.get(r.status, r.status)
+                recs[r.provider] = Record(r.provider, r.seconds if r.status == "ok" else None, status,
+                                          (r.reason or "")[:300])
+        if not recs:
+            recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider can run it")
+        if not any(r.ok for r in recs.values()):
             self.stats.failed += 1
-            self.stats.failures.append(f"{key[:12]} {rec.status}: {rec.detail}")
+            self.stats.failures.append(f"{key[:12]} " + "; ".join(f"{r.provider} {r.status}: {r.detail}"
+                                                                  for r in recs.values())[:400])
         self.stats.measured += 1
         self.stats.seconds += time.perf_counter() - t0
-        self.db.put(key, self.target, CODEGEN_VERSION, rec)
-        self._remember(key, {rec.provider: rec})
+        for r in recs.values():
+            self.db.put(key, self.target, CODEGEN_VERSION, r)
+        self._remember(key, recs)
 
     def _remember(self, key: str, recs: dict[str, Record]) -> None:
         good = [r for r in recs.values() if r.ok]

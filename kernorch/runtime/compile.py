@@ -18,12 +18,14 @@ from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
+from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
-from kernorch.runtime.executable import Executable, KernelInfo, Signature
+from kernorch.providers import Provider
+from kernorch.providers.select import reason_or_none
+from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, Signature
 from kernorch.runtime.model import CompiledModel
 
 COSTS = ("measured", "model")
@@ -112,9 +114,6 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     dag = dag_from_graph(g)
     pos = {p.output: i for i, p in enumerate(g.prims)}
 
-    def can_generate(c: Candidate) -> bool:
-        return codegen.can_generate(g, c.nodes, ordered_outputs(pos, c))
-
     def key_fn(c: Candidate) -> str:
         return g.kernel_key(c.nodes, ordered_outputs(pos, c))
 
@@ -123,10 +122,10 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     own_db = db is None or not isinstance(db, TuningDB)
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
+        measured = MeasuredCost(g, tdb, threads=threads)
         if cost == "model":
-            plan = orchestrate(dag, strategy, roofline.bind(dag), can_generate, key_fn, knobs)
+            plan = orchestrate(dag, strategy, roofline.bind(dag), measured.can_generate, key_fn, knobs)
         else:
-            measured = MeasuredCost(g, tdb, threads=threads)
             seen: list[Candidate] = []
             rough = roofline.bind(dag)
 
@@ -134,12 +133,12 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
                 seen.append(c)
                 return rough(c)
 
-            orchestrate(dag, strategy, record, can_generate, key_fn, knobs)  # pass 1: which kernels matter
+            orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs)  # pass 1: which kernels matter
             rep.candidates = len(seen)
             with _progress_bar(progress, f"tuning {len(seen)} kernels") as update:
                 measured.progress = update
                 measured.prefetch(seen)
-            plan = orchestrate(dag, strategy, measured, can_generate, key_fn, knobs)
+            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs)
             rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
             rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
     finally:
@@ -148,7 +147,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     rep.seconds["orchestrate"] = time.perf_counter() - t2
     rep.plan_summary = plan.summary()
     t3 = time.perf_counter()
-    compiled = build_plan(g, plan, threads)
+    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None)
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
     return CompiledModel(compiled, rep, g)
@@ -165,11 +164,32 @@ def calibrate_cached() -> RooflineCost:
     return _ROOFLINE
 
 
-def build_plan(g: Graph, plan: Plan, threads: int) -> Executable:
-    """Build every kernel of the plan (one compiler call) and wrap them in an Executable."""
+def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,
+               providers: Sequence[Provider] | None = None) -> Executable:
+    """Build every kernel of the plan with the provider that won its measurement (kernorch's own
+    code generator in one compiler call, the others one by one) and wrap them in an Executable."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
-    items = [(g, set(c.nodes), ordered_outputs(pos, c)) for c in plan.kernels]
-    kernels = codegen.build_many(items, threads)
+    providers = {p.name: p for p in (providers if providers is not None else external_providers(threads))}
+    chosen: list[str] = []
+    for c in plan.kernels:
+        outs = ordered_outputs(pos, c)
+        best = measured.best.get(measured.key(c)) if measured is not None else None
+        if best is not None and not best.provider.startswith("codegen") and best.provider in providers:
+            chosen.append(best.provider)
+        elif codegen.can_generate(g, c.nodes, outs):
+            chosen.append("codegen")
+        else:
+            chosen.append(next(n for n, p in providers.items() if reason_or_none(p.can_run(g, c.nodes, outs)) is None))
+    own = [k for k, name in enumerate(chosen) if name == "codegen"]
+    built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
+                               threads)
+    kernels: list = [None] * len(plan.kernels)
+    for k, kern in zip(own, built):
+        kernels[k] = kern
+    for k, name in enumerate(chosen):
+        if name != "codegen":
+            c = plan.kernels[k]
+            kernels[k] = ProviderKernel(providers[name].build(g, set(c.nodes), ordered_outputs(pos, c)))
     producers = g.producers()
     infos = []
     for cand, kern, est in zip(plan.kernels, kernels, plan.costs):

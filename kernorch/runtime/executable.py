@@ -37,6 +37,21 @@ def to_tensor(a: Any) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
+class ProviderKernel:
+    """Adapts a provider's BuiltKernel (``run(inputs) -> outputs``) to the runtime's
+    ``_run(ins, outs)`` (outputs written into planned buffers)."""
+
+    def __init__(self, built) -> None:
+        self.built = built
+        self.provider = built.provider
+        self.inputs = tuple(built.inputs)
+        self.outputs = tuple(built.outputs)
+
+    def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        for o, r in zip(outs, self.built.run(ins)):
+            o.copy_(r.reshape(o.shape))
+
+
 @dataclass
 class KernelInfo:
     """What the summary reports about one kernel."""

@@ -122,8 +122,20 @@ def load(path: str | os.PathLike) -> CompiledModel:
         elif prov == "reference":
             kernels.append(OpaqueKernel(g, set(rec["members"])))
         else:
-            raise KernorchError(f"{d}: kernel provider {prov!r} is not available in this installation")
+            kernels.append(_rebuild_external(d, g, prov, rec))
         infos.append(rec["info"])
     from kernorch.runtime.compile import executable_for
 
     return CompiledModel(executable_for(g, kernels, infos), meta.get("report"), g)
+
+
+def _rebuild_external(d: Path, g: Graph, name: str, rec: dict):
+    """Kernels of external providers (onnxruntime, OpenVINO, PyTorch variants) are rebuilt from
+    their prims: a session is created, nothing is tuned."""
+    from kernorch.providers import default_providers
+    from kernorch.runtime.executable import ProviderKernel
+
+    prov = {p.name: p for p in default_providers(rec.get("threads"))}.get(name)
+    if prov is None or not prov.available():
+        raise KernorchError(f"{d}: kernel provider {name!r} is not installed here (pip install 'kernorch[{name}]')")
+    return ProviderKernel(prov.build(g, set(rec["members"]), list(rec["outputs"])))

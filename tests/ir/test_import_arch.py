@@ -21,7 +21,7 @@ ALLOWED = {
     "rewrite": {"ir", "errors"},
     "codegen": {"ir", "errors"},
     "providers": {"ir", "codegen", "errors"},
-    "orchestrate": {"ir", "codegen", "errors"},
+    "orchestrate": {"ir", "codegen", "providers", "errors"},  # providers price candidates too
     "runtime": BELOW_RUNTIME,
     "errors": set(),
     "__main__": {"cli"},
