@@ -29,6 +29,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
+MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
 TILE = 16  # tile edge for transposed reads; larger tiles thrash L1 sets with power-of-two strides
 REDUCE_OP = {Op.SUM: "sum", Op.PROD: "prod", Op.RMAX: "max", Op.RMIN: "min"}
 BOOL_REDUCE = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
@@ -63,12 +64,13 @@ class _Nest:
     reductions: list = field(default_factory=list)
     values: dict = field(default_factory=dict)  # value -> (flat offset, SSA name)
     reduces: set = field(default_factory=set)
+    stages: list = field(default_factory=list)  # (Stage, Iteration) built into this nest
 
     def clone(self) -> "_Nest":
         b = Body(self.body._names)
         b.lets, b.dtype, b._memo, b.imms = list(self.body.lets), dict(self.body.dtype), dict(self.body._memo), dict(self.body.imms)
         return _Nest(self.loops, b, list(self.decls), list(self.tail), list(self.after), list(self.reductions),
-                     dict(self.values), set(self.reduces))
+                     dict(self.values), set(self.reduces), list(self.stages))
 
 
 def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | None = None,
@@ -182,6 +184,7 @@ class _Lowerer:
     def _build(self, nest: _Nest, st: Stage, it: indexing.Iteration) -> None:
         g, p = self.g, st.prim
         dtype = g.types[st.value].dtype
+        nest.stages.append((st, it))
         inl = Inliner(g, self.producers, self.inline, self.vs.sizes, nest.body,
                       lambda v, idx, body: self._leaf(v, idx, body, nest))
         if st.reduce:
@@ -205,7 +208,7 @@ class _Lowerer:
             nm, I = self.local[st.value]
             nest.tail.append(Store(nm, self._local_offset(off, I) if I > 1 else None, val))
 
-    def _flush(self, nest: _Nest | None) -> list:
+    def _flush(self, nest: _Nest | None, split: bool = True) -> list:
         if nest is None:
             return []
         inner: tuple = (*nest.body.lets, *nest.tail)
@@ -214,11 +217,53 @@ class _Lowerer:
         tiled = self._tile(nest, inner)
         if tiled is not None:
             return [*nest.decls, *tiled, *nest.after]
+        pieces = self._split(nest) if split else None
+        if pieces is not None:
+            return [stmt for piece in pieces for stmt in self._flush(piece, split=False)]
         loops, inner = self._coalesce(list(nest.loops), inner)
         for depth, (var, extent, _) in enumerate(reversed(loops)):
             red = tuple(nest.reductions) if depth == 0 else ()
             inner = (Loop(var, ix.const(0), ix.const(extent), inner, simd=depth == 0, reductions=red),)
         return [*nest.decls, *inner, *nest.after]
+
+    def _split(self, nest: _Nest) -> list[_Nest] | None:
+        """Split the innermost loop at the points where a mask, a concat piece or a min/max in
+        an index changes along it, rebuilding each piece over its own range: inside a piece the
+        selects and clamps fold away (the interior of a pad is a plain copy loop)."""
+        if nest.reductions or nest.decls or nest.after or not nest.stages:
+            return None
+        vi, n, dim = nest.loops[-1]
+        points = {0, n}
+        loose = []
+        for e, exact in _split_exprs(nest.body.lets):
+            if len(e.terms) != 1 or e.terms[0][0] != ix.Var(vi):
+                continue
+            k, c = e.terms[0][1], e.const
+            x = -(c // k) if k > 0 else (c // -k) + 1  # first index where k*x + c >= 0 flips
+            if exact:
+                points.add(x)
+            elif c % k:
+                points.add(x)
+            else:
+                loose.append(-c // k)  # a min/max tie at x: splitting at x or x + 1 both work
+        points.update(x for x in loose if x not in points and x + 1 not in points)
+        points = {x for x in points if 0 <= x <= n}
+        if len(points) <= 2 or len(points) > MAX_PIECES + 1:
+            return None
+        cuts = sorted(points)
+        pieces = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            u = self.vs.new(hi - lo)
+            mapping = {vi: ix.var(u) + lo}
+            piece = _Nest((*nest.loops[:-1], (u, hi - lo, dim)), Body(self.names))
+            try:
+                for st, it in nest.stages:
+                    nat = tuple(self.vs.subst(e, mapping) for e in it.natural)
+                    self._build(piece, st, indexing.Iteration(it.outer, nat, piece.loops))
+            except _NoFuse:
+                return None
+            pieces.append(piece)
+        return pieces
 
     def _tile(self, nest: _Nest, inner: tuple) -> tuple | None:
         """Loops for a transposed read (contiguous along a loop other than the innermost): tile
@@ -317,7 +362,7 @@ class _Lowerer:
                 raise _NoFuse()
             return nest.values[v][1]
         if v in self.buf:
-            return body.let("load", dtype, (), (self.buf[v], self._clamp(off, self.g.types[v].size)))
+            return body.let("load", dtype, (), (self.buf[v], self._clamped_flat(v, idx)))
         nm, I = self.local[v]
         if I == 1:
             return body.let("load", dtype, (), (nm, None))
@@ -328,6 +373,12 @@ class _Lowerer:
 
     def _local_offset(self, off: ix.Expr, I: int) -> ix.Expr:
         return indexing.normalize(off - ix.var(self.o) * I, self.vs.sizes)
+
+    def _clamped_flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
+        """Flat offset with each dim index clamped where it may leave its range (masked-out
+        positions, other concat pieces). Per dim, so parts invariant in the inner loop hoist."""
+        shape = self.g.types[v].shape
+        return self._flat(v, [self._clamp(e, n) for e, n in zip(idx, shape)])
 
     def _clamp(self, off: ix.Expr, n: int) -> ix.Expr:
         """Masked-out positions may index outside the buffer; keep every load in bounds (the
@@ -344,6 +395,31 @@ class _Lowerer:
     def _reduce_op(self, st: Stage) -> str:
         op = REDUCE_OP[st.prim.op]
         return BOOL_REDUCE[op] if self.g.types[st.value].dtype == "bool" else op
+
+
+def _split_exprs(lets) -> list[tuple[ix.Expr, bool]]:
+    """Expressions whose sign change moves a mask or a min/max choice: ``e - lo`` and ``e - hi``
+    of every condition (exact: the split must fall where the sign flips), ``a - b`` of every
+    min/max inside an index (not exact: at a tie either side works)."""
+    out: list[tuple[ix.Expr, bool]] = []
+
+    def walk(e: ix.Expr) -> None:
+        for a, _ in e.terms:
+            if isinstance(a, (ix.MinOf, ix.MaxOf)):
+                out.append((a.a - a.b, False))
+                walk(a.a)
+                walk(a.b)
+            elif isinstance(a, (ix.FloorDiv, ix.Mod, ix.Lookup)):
+                walk(a.x)
+
+    for let in lets:
+        if let.op == "cond":
+            e, lo, hi = let.attr
+            out += [(e - b, True) for b in (lo, hi) if b is not None]
+            walk(e)
+        elif let.op == "load" and let.attr[1] is not None:
+            walk(let.attr[1])
+    return out
 
 
 def _rewrite(stmts: tuple, fn, var: int) -> tuple | None:
