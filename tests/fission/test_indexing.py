@@ -144,3 +144,10 @@ def test_gather_runtime_indices_is_rejected():
     model = node_model("Gather", {"x": X, "i": i64(0, 1)}, axis=0)
     with pytest.raises(UnsupportedOpError, match="indices .* not constant"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("shape,axes", [((2, 4, 7), None), ((5, 2, 3), None), ((3, 6), [1, 2]), ((2, 9), [-1, 0])])
+def test_center_crop_pad(shape, axes):
+    """onnxruntime has no CPU kernel for it: the ONNX reference is the oracle."""
+    attrs = {} if axes is None else {"axes": axes}
+    check("CenterCropPad", {"x": X, "s": i64(*shape)}, consts=["s"], oracle=run_reference, **attrs)

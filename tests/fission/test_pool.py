@@ -70,3 +70,14 @@ def test_global_pool(op, x):
     check(op, {"x": x})
     g, _ = import_onnx(node_model(op, {"x": x}))
     assert {p.kind for p in g.prims} <= {Kind.REDUCE, Kind.ELEMENTWISE}
+
+
+@pytest.mark.parametrize("x,attrs", POOLS[:6] + POOLS[10:12], ids=lambda c: str(c) if isinstance(c, dict) else str(c.shape))
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(x, attrs, p):
+    check("LpPool", {"x": x}, p=p, **attrs)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(p):
+    check("GlobalLpPool", {"x": X2}, p=p)

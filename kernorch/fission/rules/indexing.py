@@ -128,6 +128,22 @@ def pad(ctx: NodeContext):
     return [ctx.b.view(ctx.x(0), _pad_map(s, begin, end, mode, value))]
 
 
+@rule("CenterCropPad")
+def center_crop_pad(ctx: NodeContext):
+    """Crop or zero-pad each axis to the target size, centred (the odd element at the end): one
+    pad view with negative pads where it crops."""
+    s = ctx.shape(0)
+    target = [int(t) for t in ctx.require_const(1, "shape").reshape(-1)]
+    axes = ctx.attr("axes") or list(range(len(s)))
+    begin, end = [0] * len(s), [0] * len(s)
+    for a, t in zip(axes, target):
+        a = norm_axis(ctx, int(a), len(s))
+        d = t - s[a]
+        begin[a] = d // 2 if d > 0 else -(-d // 2)
+        end[a] = d - begin[a]
+    return [ctx.b.view(ctx.x(0), layout.pad(s, begin, end, "constant", 0.0))]
+
+
 @rule("Tile")
 def tile(ctx: NodeContext):
     s = ctx.shape(0)

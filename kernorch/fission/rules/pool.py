@@ -81,6 +81,28 @@ def average_pool(ctx: NodeContext):
     return [b.binary(Op.DIV, total, divisor)]
 
 
+@rule("LpPool")
+def lp_pool(ctx: NodeContext):
+    """``(sum over the window of |x|^p)^(1/p)``; padding contributes zeros."""
+    b = ctx.b
+    kernel, strides, dilations, pads, out = pool_geometry(ctx)
+    k, rank, dtype = len(kernel), len(ctx.shape(0)), ctx.dtype(0)
+    p = float(ctx.attr("p", 2))
+    w = b.view(ctx.x(0), layout.window(ctx.shape(0), kernel, strides, pads[:k], dilations, out, 0.0))
+    total = b.reduce(Op.SUM, b.binary(Op.POW, b.unary(Op.ABS, w), b.scalar(p, dtype)), range(rank, rank + k),
+                     keepdims=False)
+    return [b.binary(Op.POW, total, b.scalar(1.0 / p, dtype))]
+
+
+@rule("GlobalLpPool")
+def global_lp_pool(ctx: NodeContext):
+    b = ctx.b
+    p, dtype = float(ctx.attr("p", 2)), ctx.dtype(0)
+    powered = b.binary(Op.POW, b.unary(Op.ABS, ctx.x(0)), b.scalar(p, dtype))
+    total = b.reduce(Op.SUM, powered, range(2, len(ctx.shape(0))), keepdims=True)
+    return [b.binary(Op.POW, total, b.scalar(1.0 / p, dtype))]
+
+
 @rule("GlobalAveragePool")
 def global_average_pool(ctx: NodeContext):
     s = ctx.shape(0)
