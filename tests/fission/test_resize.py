@@ -133,8 +133,10 @@ def test_resize_opset10(scales, mode):
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
-def test_upsample(mode):
-    check("Upsample", {"x": X, "scales": f32(1, 1, 2, 3)}, consts=["scales"], opset=9, mode=mode)
+@pytest.mark.parametrize("scales", [(2.0, 3.0), (1.5, 2.5)], ids=str)
+def test_upsample(mode, scales):
+    check("Upsample", {"x": X, "scales": f32(1, 1, *scales)}, consts=["scales"], opset=9, mode=mode)
+    check("Upsample", {"x": X}, opset=7, mode=mode, scales=[1.0, 1.0, *scales])  # scales attribute
 
 
 @pytest.mark.parametrize("coord", COORDS)
