@@ -8,6 +8,7 @@ Cheap and compile-free: the orchestrator asks for every candidate. A candidate i
 
 from __future__ import annotations
 
+import weakref
 from typing import Iterable, Sequence
 
 from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
@@ -23,33 +24,63 @@ class CannotGenerate(KernorchError):
     """The code generator cannot produce this kernel; the message says why."""
 
 
+class _GraphInfo:
+    """Per-graph facts the checks need, computed once: prim positions, kinds, and the per-prim
+    reason (or None) a C kernel could not hold it."""
+
+    def __init__(self, g: Graph) -> None:
+        self.n = len(g.prims)
+        self.pos = {p.output: k for k, p in enumerate(g.prims)}
+        self.kind = {p.output: p.kind for p in g.prims}
+        self.c_reason: dict[int, str | None] = {}
+
+
+_INFO: "weakref.WeakKeyDictionary[Graph, _GraphInfo]" = weakref.WeakKeyDictionary()
+
+
+def _info(g: Graph) -> _GraphInfo:
+    info = _INFO.get(g)
+    if info is None or info.n != len(g.prims):
+        info = _INFO[g] = _GraphInfo(g)
+    return info
+
+
 def kernel_prims(g: Graph, members: Iterable[int]) -> list[Prim]:
-    members = set(members)
-    return [p for p in g.prims if p.output in members]
+    """The member prims in graph (topological) order; O(members) after the first call per graph,
+    since the orchestrator asks about thousands of candidates of one graph."""
+    pos = _info(g).pos
+    return [g.prims[k] for k in sorted(pos[v] for v in members if v in pos)]
 
 
 def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | None:
     """None when the kernel can be generated, else a one-line reason."""
     members = set(members)
-    prims = kernel_prims(g, members)
-    if not prims:
+    info = _info(g)
+    if not members:
         return "empty kernel"
-    if len(prims) != len(members):
-        missing = sorted(members - {p.output for p in prims})
-        return f"value {g.name(missing[0])} is not produced by a prim"
+    missing = [v for v in members if v not in info.pos]
+    if missing:
+        return f"value {g.name(min(missing))} is not produced by a prim"
     if not outputs:
         return "kernel writes no output"
     for v in outputs:
         if v not in members:
             return f"output {g.name(v)} is not computed by the kernel"
-    kinds = {p.kind for p in prims}
+    kinds = {info.kind[v] for v in members}
     if Kind.OPAQUE in kinds:
-        return None if len(prims) == 1 else f"opaque prim {_name(g, prims, Kind.OPAQUE)} must be alone in its kernel"
+        if len(members) == 1:
+            return None
+        return f"opaque prim {_name(g, kernel_prims(g, members), Kind.OPAQUE)} must be alone in its kernel"
     if Kind.LINEAR in kinds:
         from kernorch.codegen import linear
 
         return linear.why_not(g, members, outputs)
-    return _why_not_c(g, prims)
+    for v in sorted(members, key=info.pos.__getitem__):
+        if v not in info.c_reason:
+            info.c_reason[v] = _why_not_c(g, g.prims[info.pos[v]])
+        if info.c_reason[v] is not None:
+            return info.c_reason[v]
+    return None
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:
@@ -57,18 +88,17 @@ def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:
     return p.origin or g.name(p.output)
 
 
-def _why_not_c(g: Graph, prims: list[Prim]) -> str | None:
-    for p in prims:
-        for v in (*p.inputs, p.output):
-            t = g.types[v]
-            if t.dtype not in DTYPES:
-                return f"dtype {t.dtype} of {g.name(v)} is not supported by the C generator"
-            if 0 in t.shape:
-                return f"{g.name(v)} is empty"
-        if p.op in BAD_ON_BOOL and any(g.types[v].dtype == "bool" for v in p.inputs):
-            return f"{p.op.value} on bool operands ({g.name(p.output)})"
-        if p.op is Op.VIEW and _table_len(p) > MAX_TABLE:
-            return f"gather table of {g.name(p.output)} is longer than {MAX_TABLE}"
+def _why_not_c(g: Graph, p: Prim) -> str | None:
+    for v in (*p.inputs, p.output):
+        t = g.types[v]
+        if t.dtype not in DTYPES:
+            return f"dtype {t.dtype} of {g.name(v)} is not supported by the C generator"
+        if 0 in t.shape:
+            return f"{g.name(v)} is empty"
+    if p.op in BAD_ON_BOOL and any(g.types[v].dtype == "bool" for v in p.inputs):
+        return f"{p.op.value} on bool operands ({g.name(p.output)})"
+    if p.op is Op.VIEW and _table_len(p) > MAX_TABLE:
+        return f"gather table of {g.name(p.output)} is longer than {MAX_TABLE}"
     return None
 
 
