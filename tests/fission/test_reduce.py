@@ -32,7 +32,7 @@ def _reduce(op, x, axes, opset, consts=True, **attrs):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("axes", [None, [1], [0, 2], [-1], [2, 0, 1]], ids=str)
 @pytest.mark.parametrize("keepdims", [0, 1])
-@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("opset", [11, 13, 18])
 def test_reduce(op, axes, keepdims, opset):
     _reduce(op, _data(op), axes, opset, keepdims=keepdims)
 
