@@ -43,6 +43,9 @@ class GraphError(ValueError):
 class Graph:
     """A primitive graph. Values not produced by a prim are graph inputs or constants."""
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_index")}
+
     def __init__(self) -> None:
         self.types: dict[ValueId, TensorType] = {}
         self.prims: list[Prim] = []
@@ -65,6 +68,26 @@ class Graph:
     def name(self, v: ValueId) -> str:
         return self.names.get(v, f"%{v}")
 
+    def _index(self) -> tuple[dict[ValueId, int], dict[ValueId, list[ValueId]], set[ValueId]]:
+        """(position of each prim by output, consumer outputs of each value, graph outputs), cached:
+        the orchestrator asks for boundaries and keys of tens of thousands of candidates. The cache
+        is keyed on the prim list's identity, length and last prim, which is how graphs grow."""
+        fp = (id(self.prims), len(self.prims), id(self.prims[-1]) if self.prims else None, tuple(self.outputs))
+        if getattr(self, "_index_fp", None) != fp:
+            pos = {p.output: i for i, p in enumerate(self.prims)}
+            cons: dict[ValueId, list[ValueId]] = {}
+            for p in self.prims:
+                for v in dict.fromkeys(p.inputs):
+                    cons.setdefault(v, []).append(p.output)
+            self._index_cache = (pos, cons, set(self.outputs))
+            self._index_fp = fp
+        return self._index_cache
+
+    def in_order(self, members: Iterable[ValueId]) -> list[Prim]:
+        """The prims named by ``members`` in topological order."""
+        pos = self._index()[0]
+        return [self.prims[i] for i in sorted(pos[v] for v in members)]
+
     def counts_by_kind(self) -> dict[str, int]:
         out = {k.value: 0 for k in Kind}
         for p in self.prims:
@@ -79,17 +102,14 @@ class Graph:
         """Inputs (read, produced outside) and outputs (consumed outside or graph outputs) of a
         set of prims named by their output values, in first-use / topological order."""
         members = set(members)
+        _, cons, graph_outs = self._index()
         ins: dict[ValueId, None] = {}
         outs: list[ValueId] = []
-        consumers = self.consumers()
-        graph_outs = set(self.outputs)
-        for p in self.prims:
-            if p.output not in members:
-                continue
+        for p in self.in_order(members):
             for v in p.inputs:
                 if v not in members:
                     ins.setdefault(v)
-            if p.output in graph_outs or any(c.output not in members for c in consumers[p.output]):
+            if p.output in graph_outs or any(c not in members for c in cons.get(p.output, ())):
                 outs.append(p.output)
         return list(ins), outs
 
@@ -99,10 +119,9 @@ class Graph:
         members = set(members)
         ins, outs = self.boundary(members)
         g = Graph()
-        for p in self.prims:
-            if p.output in members:
-                g.prims.append(p)
-                g.types[p.output] = self.types[p.output]
+        for p in self.in_order(members):
+            g.prims.append(p)
+            g.types[p.output] = self.types[p.output]
         for v in ins:
             g.types[v] = self.types[v]
             if v in self.constants and self.constants[v].ndim == 0:
@@ -129,9 +148,7 @@ class Graph:
                 local[v] = f"in{k}"
                 parts.append(f"in{k}:{t!r}")
         n = 0
-        for p in self.prims:
-            if p.output not in members:
-                continue
+        for p in self.in_order(members):
             local[p.output] = f"v{n}"
             n += 1
             args = ",".join(local[v] for v in p.inputs)
