@@ -18,18 +18,20 @@ CTYPE = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "in
          "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
          "bool": "uint8_t"}
 
-# {f}: "f" for float, "" for double; {F}: the type's literal suffix.
+# {f}: "f" for float, "" for double; {F}: the type's literal suffix. Conditions combine with the
+# non-short-circuit | and &: a data-dependent || is a branch, and in loops gcc cannot vectorize
+# it costs a misprediction per element (15x on a max pool).
 FLOAT_EXPR = {
     "neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})", "sqrt": "sqrt{f}({0})",
     "recip": "(1.0{F} / {0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
     "sigmoid": "(1.0{F} / (1.0{F} + exp{f}(-{0})))",
     "softplus": "(({0} > 0 ? {0} : 0) + log1p{f}(exp{f}(-fabs{f}({0}))))",
-    "relu": "(({0} > 0 || {0} != {0}) ? {0} : 0)", "floor": "floor{f}({0})", "ceil": "ceil{f}({0})",
+    "relu": "((({0} > 0) | ({0} != {0})) ? {0} : 0)", "floor": "floor{f}({0})", "ceil": "ceil{f}({0})",
     "round": "rint{f}({0})", "sin": "sin{f}({0})", "cos": "cos{f}({0})",
     "sign": "({0} > 0 ? 1.0{F} : ({0} < 0 ? -1.0{F} : {0}))", "isnan": "({0} != {0})",
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "pow": "pow{f}({0}, {1})", "max": "(({0} > {1} || {0} != {0}) ? {0} : {1})",
-    "min": "(({0} < {1} || {0} != {0}) ? {0} : {1})", "mod": "kn_fmod{f}({0}, {1})",
+    "pow": "pow{f}({0}, {1})", "max": "((({0} > {1}) | ({0} != {0})) ? {0} : {1})",
+    "min": "((({0} < {1}) | ({0} != {0})) ? {0} : {1})", "mod": "kn_fmod{f}({0}, {1})",
 }
 INT_EXPR = {
     "neg": "(-{0})", "abs": "({0} < 0 ? -{0} : {0})", "relu": "({0} > 0 ? {0} : 0)",
@@ -42,8 +44,9 @@ ANY_EXPR = {
     "ge": "({0} >= {1})", "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})", "not": "(!{0})",
     "select": "({0} ? {1} : {2})",
 }
-COMBINE = {"sum": "{a} + {v}", "prod": "{a} * {v}", "max": "({v} > {a} || {v} != {v}) ? {v} : {a}",
-           "min": "({v} < {a} || {v} != {v}) ? {v} : {a}"}
+FLOAT_SELECT = {"float32": "kn_self({0}, {1}, {2})", "float64": "kn_seld({0}, {1}, {2})"}
+COMBINE = {"sum": "{a} + {v}", "prod": "{a} * {v}", "max": "(({v} > {a}) | ({v} != {v})) ? {v} : {a}",
+           "min": "(({v} < {a}) | ({v} != {v})) ? {v} : {a}"}
 INT_COMBINE = {**COMBINE, "max": "{v} > {a} ? {v} : {a}", "min": "{v} < {a} ? {v} : {a}"}
 # Float max/min reduced across SIMD lanes: OpenMP's max/min (fast) plus a NaN flag, because the
 # NumPy semantics propagate NaN and a NaN-propagating user-defined reduction is ~2x slower.
@@ -71,6 +74,12 @@ static inline int64_t kn_ipow(int64_t a, int64_t b) {
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }
 static inline float kn_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static inline double kn_fmod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* Float select as bit operations: gcc turns "c ? load : pad" into a masked load, and cannot
+   vectorize a masked gather (a pooling window); the bitwise form keeps the load plain. */
+static inline float kn_self(uint8_t c, float a, float b) {
+  union { float f; int32_t i; } x = {a}, y = {b}, r; int32_t m = -(int32_t)c; r.i = (x.i & m) | (y.i & ~m); return r.f; }
+static inline double kn_seld(uint8_t c, double a, double b) {
+  union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c; r.i = (x.i & m) | (y.i & ~m); return r.f; }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 """ % {"mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
@@ -191,7 +200,7 @@ class _Printer:
             e, lo, hi = s.attr
             r = self.idx(e)
             parts = ([f"{lo} <= {r}"] if lo is not None else []) + ([f"{r} < {hi}"] if hi is not None else [])
-            return "(" + " && ".join(parts) + ")"
+            return "(" + " & ".join(f"({p})" for p in parts) + ")"
         if s.op == "cast":
             src = self.types[s.args[0]]
             if s.dtype == "bool":
@@ -223,7 +232,9 @@ class _Printer:
 
 def c_expr(op: str, dtype: str, arg_types: list[str], args) -> str:
     """One scalar operation as a C expression (args are SSA names, so repeating them is free)."""
-    if op in ANY_EXPR:
+    if op == "select" and dtype in FLOAT_SELECT:
+        tmpl = FLOAT_SELECT[dtype]
+    elif op in ANY_EXPR:
         tmpl = ANY_EXPR[op]
     elif dtype.startswith("float") or (arg_types and arg_types[0].startswith("float")):
         t = dtype if dtype.startswith("float") else arg_types[0]

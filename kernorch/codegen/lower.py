@@ -22,7 +22,7 @@ from kernorch.codegen import indexing
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Arg, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.schedule import Stage, Vars, make_schedule, transposed_dim, work
+from kernorch.codegen.schedule import Stage, Vars, interchange, make_schedule, transposed_dim, work
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
@@ -324,7 +324,8 @@ class _Lowerer:
         inl = Inliner(g, self.producers, self.inline, self.vs.sizes, body, lambda v, idx, b: self._leaf(v, idx, b, None))
         val = body.cast(inl.value(p.inputs[0], it.natural), dtype)
         off = self._local_offset(self._flat(st.value, self._reduced_index(st, it.natural)), I)
-        var, extent, dim = it.loops[-1]
+        loops = interchange(list(it.loops), st.axes)
+        var, extent, dim = loops[-1]
         if dim in st.axes:
             part = f"a{next(self.names)}"
             loop = Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(part, None, op, val, dtype)),
@@ -332,7 +333,7 @@ class _Lowerer:
             inner: tuple = (Decl(part, dtype, 1, identity(op, dtype)), loop, Accum(acc, off, op, part, dtype))
         else:
             inner = (Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(acc, off, op, val, dtype)), simd=True),)
-        for var, extent, _ in reversed(it.loops[:-1]):
+        for var, extent, _ in reversed(loops[:-1]):
             inner = (Loop(var, ix.const(0), ix.const(extent), inner),)
         out += inner
         if st.value in self.buf:

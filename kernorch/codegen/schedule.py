@@ -31,6 +31,7 @@ from kernorch.ir.prims import Kind, Prim
 
 PAR_PER_THREAD = 8  # outer iterations per thread that make static scheduling balance well
 VEC_TARGET = 256  # inner contiguous elements that make SIMD loops efficient
+SHORT_REDUCE = 16  # trailing reduced extent below which a non-reduced loop is moved innermost
 HEAVY = 8  # recomputation weight (WEIGHT units per element) above which a shared value is stored
 
 
@@ -209,6 +210,22 @@ def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: int) -> int:
     return max(valid, key=score)
 
 
+def interchange(loops: list, axes) -> list:
+    """Loop order of a reduction with several results per o: when the trailing reduced loops
+    are short (a pooling window), move the last non-reduced loop innermost so SIMD runs across
+    results (acc[ow] over a window) instead of across a 3-element window."""
+    red = [d in axes for _, _, d in loops]
+    trailing = 1
+    for (_, extent, d), r in zip(reversed(loops), reversed(red)):
+        if not r:
+            break
+        trailing *= extent
+    if not red or not red[-1] or all(red) or trailing >= SHORT_REDUCE:
+        return loops
+    j = max(k for k, r in enumerate(red) if not r)
+    return loops[:j] + loops[j + 1:] + [loops[j]]
+
+
 def _contig(st: Stage, P: int, vs: Vars) -> int:
     """Extent of the innermost loop when it runs along the last (contiguous) dim, else 1; for a
     transposed read, the smaller of that and the inner extent along the read's contiguous dim
@@ -218,6 +235,10 @@ def _contig(st: Stage, P: int, vs: Vars) -> int:
         return 1
     last = max((d for d, n in enumerate(st.shape) if n != 1), default=-1)
     var, extent, dim = it.loops[-1]
+    if st.reduce:
+        loops = interchange(list(it.loops), st.axes)
+        if loops[-1] != it.loops[-1]:
+            return loops[-1][1]
     if dim != last:
         return 1
     if st.tdim is not None:

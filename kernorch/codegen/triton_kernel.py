@@ -1,0 +1,160 @@
+"""Runnable kernels for target "cuda": Triton programs, linear prims through torch, opaque prims
+through the reference, all on one torch device.
+
+The device is a CUDA GPU, or the CPU when ``TRITON_INTERPRET=1`` (Triton's interpreter runs the
+same programs on CPU tensors; it must be set before triton is first imported). Generated modules
+are written once to ``<cache>/triton/`` (Triton's JIT reads a function's source from its file)
+and imported from there; Triton caches the compiled binaries itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from kernorch.codegen.feasible import CannotGenerate, kernel_prims
+from kernorch.codegen.linear import LinearKernel
+from kernorch.codegen.runner import TORCH_DTYPE, Kernel, OpaqueKernel, as_tensor
+from kernorch.codegen.toolchain import cache_dir
+from kernorch.codegen.triton import emit_triton, why_not_triton
+from kernorch.codegen.triton_lower import TritonConfig, TritonSpec, lower_triton
+from kernorch.errors import KernorchError
+from kernorch.ir.graph import Graph
+from kernorch.ir.prims import Kind
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def cuda_device() -> torch.device:
+    """The device target "cuda" runs on: the current GPU, or the CPU under TRITON_INTERPRET=1."""
+    if interpreting():
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise KernorchError("target 'cuda' needs a CUDA GPU (or TRITON_INTERPRET=1 to run Triton's interpreter on CPU)")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def device_name(device: torch.device) -> str:
+    """What the tuning database keys costs by."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "interpreter"
+
+
+class DeviceKernel(Kernel):
+    """A Kernel whose inputs and outputs live on ``self.device``."""
+
+    device = torch.device("cpu")
+
+    def run(self, inputs: Sequence, out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        ins = [as_tensor(x, t, f"input {k}").to(self.device) for k, (x, t) in enumerate(zip(inputs, self.in_types))]
+        if out is None:
+            outs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=self.device) for t in self.out_types]
+        else:
+            outs = list(out)
+        self._run(ins, outs)
+        return outs
+
+
+_MODULES: dict[str, object] = {}
+
+
+def load_module(source: str, name: str):
+    """Import generated source (written once to the cache, keyed by its hash)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    mod_name = f"kernorch_triton_{name}_{digest}"
+    if mod_name in _MODULES:
+        return _MODULES[mod_name]
+    d = cache_dir() / "triton"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{mod_name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    _MODULES[mod_name] = mod
+    return mod
+
+
+class TritonKernel(DeviceKernel):
+    """A generated kernel: one Triton program launch per group, scratch allocated once."""
+
+    provider = "triton"
+
+    def __init__(self, spec: TritonSpec, g_types, device: torch.device, source: str | None = None,
+                 table=None) -> None:
+        if source is None:
+            source, table = emit_triton(spec, interpret=device.type != "cuda")
+        super().__init__(spec.inputs, spec.outputs, [g_types[v] for v in spec.inputs],
+                         [g_types[v] for v in spec.outputs], source, spec.key)
+        self.spec, self.device = spec, device
+        self.table_data = table
+        mod = load_module(source, spec.name)
+        self.fns = [getattr(mod, grp.name) for grp in spec.groups]
+        self.table = torch.as_tensor(table).to(device) if table is not None and len(table) else None
+        self.scratch = [torch.empty(a.size, dtype=TORCH_DTYPE[a.dtype], device=device)
+                        for a in spec.args if a.role == "ws"]
+
+    def _run(self, ins, outs) -> None:
+        args = [*ins, *outs, *self.scratch]
+        if self.table is not None:
+            args.append(self.table)
+        for fn, grp in zip(self.fns, self.spec.groups):
+            fn[(grp.grid,)](*args, num_warps=grp.warps)
+
+
+class CudaLinearKernel(LinearKernel, DeviceKernel):
+    """A linear prim through torch on the device (cuBLAS / cuDNN)."""
+
+    def __init__(self, g: Graph, members, outputs, device: torch.device) -> None:
+        super().__init__(g, members, outputs)
+        self.device = device
+
+
+class CudaOpaqueKernel(OpaqueKernel, DeviceKernel):
+    """An opaque prim by the reference implementation, through host memory (cannot be captured
+    in a CUDA graph)."""
+
+    capturable = False
+
+    def __init__(self, g: Graph, members, device: torch.device) -> None:
+        super().__init__(g, members)
+        self.device = device
+
+    def _run(self, ins, outs) -> None:
+        host = [torch.empty(o.shape, dtype=o.dtype) for o in outs]
+        super()._run([t.cpu() for t in ins], host)
+        for o, h in zip(outs, host):
+            o.copy_(h)
+
+
+def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device | None = None,
+               config: TritonConfig | None = None) -> Kernel:
+    """One kernel for target "cuda" (Triton, torch linear or reference opaque)."""
+    device = device or cuda_device()
+    members = set(members)
+    reason = why_not_triton(g, members, outputs)
+    if reason is not None:
+        raise CannotGenerate(reason)
+    kinds = {p.kind for p in kernel_prims(g, members)}
+    if Kind.OPAQUE in kinds:
+        return CudaOpaqueKernel(g, members, device)
+    if Kind.LINEAR in kinds:
+        return CudaLinearKernel(g, members, outputs, device)
+    return TritonKernel(lower_triton(g, members, outputs, config), g.types, device)
+
+
+def cache_path() -> Path:
+    return cache_dir() / "triton"
