@@ -80,8 +80,24 @@ class Graph:
                 for v in dict.fromkeys(p.inputs):
                     cons.setdefault(v, []).append(p.output)
             self._index_cache = (pos, cons, set(self.outputs))
+            self._index_cache_sigs = {}
             self._index_fp = fp
         return self._index_cache
+
+    def _index_sigs(self):
+        """``p -> 'op(attrs):type'``, memoized per prim (attribute reprs are the slow part of keys)."""
+        self._index()
+        cache = self._index_cache_sigs if hasattr(self, "_index_cache_sigs") else {}
+        self._index_cache_sigs = cache
+
+        def sig(p: Prim) -> str:
+            s = cache.get(p.output)
+            if s is None:
+                attrs = "" if p.attrs is NO_ATTRS else repr(p.attrs)
+                s = cache[p.output] = f"{p.op.value}{attrs}:{self.types[p.output]!r}"
+            return s
+
+        return sig
 
     def in_order(self, members: Iterable[ValueId]) -> list[Prim]:
         """The prims named by ``members`` in topological order."""
@@ -147,13 +163,13 @@ class Graph:
             else:
                 local[v] = f"in{k}"
                 parts.append(f"in{k}:{t!r}")
+        sigs = self._index_sigs()
         n = 0
         for p in self.in_order(members):
             local[p.output] = f"v{n}"
             n += 1
             args = ",".join(local[v] for v in p.inputs)
-            attrs = "" if p.attrs is NO_ATTRS else repr(p.attrs)
-            parts.append(f"{local[p.output]}={p.op.value}({args}){attrs}:{self.types[p.output]!r}")
+            parts.append(f"{local[p.output]}={args}{sigs(p)}")
         parts.append("out=" + ",".join(local[v] for v in outs))
         return hashlib.sha1(";".join(parts).encode()).hexdigest()
 

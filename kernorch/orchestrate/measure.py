@@ -125,7 +125,8 @@ class MeasuredCost:
         self.best: dict[str, Record] = {}
         self.providers = list(providers) if providers is not None else external_providers(self.threads)
         self.timer = MedianTimer()
-        self._linear = {p.output for p in g.prims if p.kind.value == "linear"}
+        self._kind = {p.output: p.kind.value for p in g.prims}
+        self._linear = {v for v, k in self._kind.items() if k == "linear"}
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
@@ -139,8 +140,11 @@ class MeasuredCost:
             reason_or_none(p.can_run(self.g, cand.nodes, outs)) is None for p in self.providers)
 
     def _external(self, cand: Candidate) -> bool:
-        """External providers are tried for kernels with a linear prim, where libraries win."""
-        return bool(self.providers) and not self._linear.isdisjoint(cand.nodes)
+        """External providers are tried for kernels of one linear prim with elementwise, broadcast
+        and layout prims around it (epilogues, transposed operands): where libraries win."""
+        if not self.providers or len(self._linear.intersection(cand.nodes)) != 1:
+            return False
+        return all(v in self._linear or self._kind[v] in ("elementwise", "broadcast", "layout") for v in cand.nodes)
 
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)
