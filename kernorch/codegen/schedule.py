@@ -33,6 +33,7 @@ PAR_PER_THREAD = 8  # outer iterations per thread that make static scheduling ba
 VEC_TARGET = 256  # inner contiguous elements that make SIMD loops efficient
 SHORT_REDUCE = 16  # trailing reduced extent below which a non-reduced loop is moved innermost
 HEAVY = 8  # recomputation weight (WEIGHT units per element) above which a shared value is stored
+GROUP_COST = 1 << 15  # WEIGHT units a storing decision must save to be worth an extra group
 
 
 @dataclass
@@ -77,17 +78,19 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
     base = {p.output for p in prims if p.kind is Kind.REDUCE} | set(outputs)
     mat = set(base)
     stages = _analyze(g, prims, producers, mat, vs)
+    saved = 0.0
     while True:
         heavy = _heavy(g, prims, producers, mat, stages)
         if heavy is None:
             break
-        mat.add(heavy)
+        saved += heavy[1]
+        mat.add(heavy[0])
         stages = _analyze(g, prims, producers, mat, vs)
     groups = _group(g, stages, vs, threads)
     if mat != base:
         plain = _analyze(g, prims, producers, base, vs)
         plain_groups = _group(g, plain, vs, threads)
-        if len(plain_groups) < len(groups):
+        if saved < GROUP_COST * (len(groups) - len(plain_groups)):
             mat, stages, groups = base, plain, plain_groups
     return Schedule(stages, groups, mat)
 
@@ -150,21 +153,26 @@ def transposed_dim(loop_vars: list[ix.Expr], offsets: list[ix.Expr]) -> int | No
     return None
 
 
-def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> int | None:
-    """The topologically last inlined value that several stages recompute at high weight."""
+def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> tuple[int, float] | None:
+    """The topologically last inlined value whose recomputation costs more than HEAVY per
+    element: its weight (WEIGHT of the inlined ops below it) times the extra evaluations, i.e.
+    how often each element is computed beyond once -- by several stages (exp in a softmax is
+    needed by the sum and by the division) or repeatedly within one (a value broadcast into a
+    reduction, or read by overlapping windows). Returns (value, work saved by storing it)."""
     weight: dict[int, int] = {}
     for p in prims:
         w = WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else 0
         weight[p.output] = w + sum(weight.get(a, 0) for a in p.inputs if a in producers and a not in mat)
-    uses: dict[int, int] = {}
+    evals: dict[int, float] = {}
     for st in stages:
+        n = math.prod(st.shape)
         for v in st.visited:
-            uses[v] = uses.get(v, 0) + 1
+            evals[v] = evals.get(v, 0.0) + n / g.types[v].size
     best = None
     for p in prims:
         v = p.output
-        if v not in mat and uses.get(v, 0) >= 2 and weight[v] * (uses[v] - 1) > HEAVY:
-            best = v
+        if v not in mat and weight[v] * (evals.get(v, 0.0) - 1) > HEAVY:
+            best = v, weight[v] * (evals[v] - 1) * g.types[v].size
     return best
 
 

@@ -271,6 +271,13 @@ def column_stats_then_rows(b):
     return softmax(b, y, -1)
 
 
+@case(groups=2)
+def heavy_value_broadcast_into_reduction(b):
+    # exp(w) would be recomputed for every row: stored once (its own group), then reused
+    x, w = b.input((512, 256)), b.input((1, 256))
+    return b.reduce(Op.SUM, b.binary(Op.MUL, x, b.unary(Op.EXP, w)), [1])
+
+
 # -- degenerate shapes and dtypes -------------------------------------------------------------
 
 @case(groups=None)
