@@ -4,7 +4,7 @@ signed zeros and integer corner cases (division by zero) -- all built by one com
 import numpy as np
 import pytest
 
-from cg_util import check, finish
+from cg_util import THREADS, check, finish
 from kernorch import codegen
 from kernorch.codegen import c as cprint
 from kernorch.ir.graph import Builder
@@ -112,7 +112,7 @@ BUILT = {}
 def built():
     if not BUILT:
         items = {name: fn() for name, fn in CASES.items()}
-        kernels = codegen.build_many(list(items.values()))
+        kernels = codegen.build_many(list(items.values()), num_threads=THREADS)
         BUILT.update({name: (*items[name], k) for name, k in zip(items, kernels)})
     return BUILT
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from cg_util import THREADS
 from kernorch import codegen
 from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder
@@ -15,7 +16,7 @@ from kernorch.ir.prims import Op
 UNARY = [Op.NEG, Op.ABS, Op.TANH, Op.SIGMOID, Op.RELU, Op.SIN, Op.ERF, Op.EXP]
 BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN]
 REDUCE = [Op.SUM, Op.RMAX, Op.RMIN]
-MAX_DIM = int(os.environ.get("KERNORCH_FUZZ_DIM", 6))
+MAX_DIM = int(os.environ.get("KERNORCH_FUZZ_DIM", 6))  # env knobs: local stress runs only
 N_GRAPHS = int(os.environ.get("KERNORCH_FUZZ_GRAPHS", 40))
 
 
@@ -99,7 +100,7 @@ def built():
     if not BUILT:
         ok = [c for c in CASES if codegen.can_generate(c[1], c[3], c[4])]
         assert len(ok) == len(CASES), [codegen.why_not(c[1], c[3], c[4]) for c in CASES if c not in ok]
-        kernels = codegen.build_many([(g, m, o) for _, g, _, m, o in CASES])
+        kernels = codegen.build_many([(g, m, o) for _, g, _, m, o in CASES], num_threads=THREADS)
         BUILT.update({k: kern for k, kern in enumerate(kernels)})
     return BUILT
 
