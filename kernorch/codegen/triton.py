@@ -362,6 +362,8 @@ def scalar_expr(op: str, dtype: str, arg_types: list[str], args, math_: dict) ->
         if op == "softplus":
             x = args[0]
             return f"(tl.where({x} > 0, {x}, 0.0) + {math_['log1p'].format(f'tl.exp(-tl.abs({x}))')})"
+        if op == "sqrt" and t == "float64":
+            return f"tl.sqrt({args[0]})"  # sqrt_rn is float32 only; float64 sqrt is IEEE anyway
         tmpl = math_.get(op) or FLOAT[op]
         return tmpl.format(*args)
     return INT[op].format(*args, t=TL[dtype])
