@@ -9,7 +9,6 @@ Prints a table; asserts nothing (timings belong here, not in tests).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -23,7 +22,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "codeg
 from cg_util import gelu_erf, layer_norm, softmax  # noqa: E402
 from kernorch import codegen  # noqa: E402
 from kernorch.ir.graph import Builder  # noqa: E402
-from kernorch.ir.prims import Op  # noqa: E402
 
 
 STAT = statistics.median
@@ -124,7 +122,8 @@ def main() -> None:
         bw = nbytes / t_gen / 1e9
         rows.append((name, t_gen * 1e6, t_eager * 1e6, t_eager / t_gen, bw, nbytes / t_copy / 1e9, t_copy / t_gen))
     hdr = f"{'kernel':<22}{'gen us':>10}{'eager us':>10}{'speedup':>9}{'GB/s':>8}{'copy GB/s':>11}{'% copy':>8}"
-    print(f"threads={args.threads}, {args.stat} of {args.repeat}  (GB/s = bytes read + written / time; copy = generated copy of the same bytes)")
+    print(f"threads={args.threads}, {args.stat} of {args.repeat} runs; GB/s = (bytes read + written) / time; "
+          "copy = generated copy kernel moving the same bytes")
     print(hdr)
     print("-" * len(hdr))
     for name, tg, te, sp, bw, cbw, frac in rows:

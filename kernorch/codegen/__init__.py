@@ -22,5 +22,5 @@ def can_generate(g, members, outputs) -> bool:
     return why_not(g, members, outputs) is None
 
 
-__all__ = ["CannotGenerate", "Kernel", "KernelSpec", "build_kernel", "build_many", "can_generate", "emit_module", "lower",
-           "why_not"]
+__all__ = ["CannotGenerate", "Kernel", "KernelSpec", "build_kernel", "build_many", "can_generate", "emit_module",
+           "lower", "why_not"]

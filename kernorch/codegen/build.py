@@ -8,6 +8,7 @@ is built: by default ``$KERNORCH_NUM_THREADS``, else the CPUs this process may u
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable, Sequence, Union
 
 from kernorch.codegen import toolchain
@@ -59,8 +60,12 @@ def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph |
 
 def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKernel]:
     sources: dict[str, str] = {}
-    for spec, _ in specs:
-        sources.setdefault(spec.name, emit_kernel(spec))
+    for k, (spec, gr) in enumerate(specs):
+        src = emit_kernel(spec)
+        if sources.setdefault(spec.name, src) != src:  # same kernel scheduled differently
+            spec = dataclasses.replace(spec, name=f"{spec.name}_{k}")
+            specs[k] = (spec, gr)
+            sources[spec.name] = emit_kernel(spec)
     try:
         path = toolchain.compile_source(HEADER + "\n" + "\n".join(sources.values()))
     except CompilerError:
@@ -71,8 +76,8 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKerne
                 raise CompilerError(f"kernel {name}: {err}") from None
         raise
     lib = toolchain.load(path)
-    return [CKernel(spec, toolchain.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads, gr.types)
-            for spec, gr in specs]
+    return [CKernel(spec, toolchain.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads,
+                    gr.types) for spec, gr in specs]
 
 
 def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None) -> Kernel:

@@ -64,22 +64,28 @@ HEADER = r"""#include <math.h>
 #define KN_SIMD __attribute__((simd("notinbranch")))
 %(mvec)s
 #endif
-static inline int64_t kn_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return q - ((a %% b != 0) & ((a < 0) != (b < 0))); }
-static inline int64_t kn_mod(int64_t a, int64_t b) { int64_t r = a %% b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
+static inline int64_t kn_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b; return q - ((a %% b != 0) & ((a < 0) != (b < 0))); }
+static inline int64_t kn_mod(int64_t a, int64_t b) {
+  int64_t r = a %% b; return r + ((r != 0) & ((r < 0) != (b < 0))) * b; }
 static inline int64_t kn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t kn_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t kn_imod(int64_t a, int64_t b) { return b == 0 ? 0 : kn_mod(a, b); }
 static inline int64_t kn_ipow(int64_t a, int64_t b) {
   int64_t r = 1; if (b < 0) return a == 1 ? 1 : (a == -1 ? (b & 1 ? -1 : 1) : 0);
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }
-static inline float kn_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline double kn_fmod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline float kn_fmodf(float a, float b) {
+  float r = fmodf(a, b); return ((r != 0) & ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double kn_fmod(double a, double b) {
+  double r = fmod(a, b); return ((r != 0) & ((r < 0) != (b < 0))) ? r + b : r; }
 /* Float select as bit operations: gcc turns "c ? load : pad" into a masked load, and cannot
    vectorize a masked gather (a pooling window); the bitwise form keeps the load plain. */
 static inline float kn_self(uint8_t c, float a, float b) {
-  union { float f; int32_t i; } x = {a}, y = {b}, r; int32_t m = -(int32_t)c; r.i = (x.i & m) | (y.i & ~m); return r.f; }
+  union { float f; int32_t i; } x = {a}, y = {b}, r; int32_t m = -(int32_t)c;
+  r.i = (x.i & m) | (y.i & ~m); return r.f; }
 static inline double kn_seld(uint8_t c, double a, double b) {
-  union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c; r.i = (x.i & m) | (y.i & ~m); return r.f; }
+  union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c;
+  r.i = (x.i & m) | (y.i & ~m); return r.f; }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 """ % {"mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}

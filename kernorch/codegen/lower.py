@@ -26,7 +26,7 @@ from kernorch.codegen.schedule import Stage, Vars, interchange, make_schedule, t
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op
+from kernorch.ir.prims import Kind, NoAttrs, Op
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
@@ -67,10 +67,8 @@ class _Nest:
     stages: list = field(default_factory=list)  # (Stage, Iteration) built into this nest
 
     def clone(self) -> "_Nest":
-        b = Body(self.body._names)
-        b.lets, b.dtype, b._memo, b.imms = list(self.body.lets), dict(self.body.dtype), dict(self.body._memo), dict(self.body.imms)
-        return _Nest(self.loops, b, list(self.decls), list(self.tail), list(self.after), list(self.reductions),
-                     dict(self.values), set(self.reduces), list(self.stages))
+        return _Nest(self.loops, self.body.copy(), list(self.decls), list(self.tail), list(self.after),
+                     list(self.reductions), dict(self.values), set(self.reduces), list(self.stages))
 
 
 def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | None = None,
@@ -94,7 +92,8 @@ class _Lowerer:
         self.vs = Vars()
         self.names = itertools.count()
         ins, _ = g.boundary(members)
-        self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
+        self.imm = {v: g.constants[v].reshape(()) for v in ins
+                    if v in g.constants and g.constants[v].size == 1}
         self.ext = [v for v in ins if v not in self.imm]
 
     def run(self, name: str | None) -> KernelSpec:
@@ -121,8 +120,8 @@ class _Lowerer:
         notes = [f"group {gi}: P={P}, stages " + ", ".join(local[sch.stages[k].value] for k in ks)
                  for gi, (ks, P) in enumerate(sch.groups)]
         if sch.mat - {st.value for st in sch.stages if st.reduce} - set(self.outputs):
-            notes.append("stored to avoid recomputation: " + ", ".join(
-                local[v] for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE))
+            stored = [v for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE]
+            notes.append("stored to avoid recomputation: " + ", ".join(local[v] for v in stored))
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name or f"kn_{key[:16]}", tuple(args), body, tuple(self.vs.sizes), tuple(self.ext),
                           tuple(self.outputs), key, comment, offset, tuple(notes))
@@ -133,9 +132,10 @@ class _Lowerer:
         lines = []
         for k, p in enumerate(self.prims):
             local[p.output] = f"v{k}"
-            attrs = p.attrs.__class__.__name__ if p.op is Op.VIEW else ("" if p.attrs is None else repr(p.attrs))
-            if p.attrs.__class__.__name__ == "NoAttrs":
-                attrs = ""
+            if p.op is Op.VIEW:
+                attrs = f"masked pad={p.attrs.map.pad}" if p.attrs.map.mask else ""
+            else:
+                attrs = "" if isinstance(p.attrs, NoAttrs) else repr(p.attrs)
             lines.append(f"{local[p.output]} = {p.op.value}({', '.join(local[a] for a in p.inputs)}) "
                          f"{self.g.types[p.output]!r} {attrs}".rstrip())
         lines.append("outputs: " + ", ".join(local[v] for v in self.outputs))
@@ -321,7 +321,8 @@ class _Lowerer:
         out: list = [self._fill(acc, I, identity(op, dtype), dtype)]
         it = indexing.split(st.shape, st.axes, self.P, self.o, self.vs.new, self.vs.sizes)
         body = Body(self.names)
-        inl = Inliner(g, self.producers, self.inline, self.vs.sizes, body, lambda v, idx, b: self._leaf(v, idx, b, None))
+        inl = Inliner(g, self.producers, self.inline, self.vs.sizes, body,
+                      lambda v, idx, b: self._leaf(v, idx, b, None))
         val = body.cast(inl.value(p.inputs[0], it.natural), dtype)
         off = self._local_offset(self._flat(st.value, self._reduced_index(st, it.natural)), I)
         loops = interchange(list(it.loops), st.axes)
@@ -332,7 +333,8 @@ class _Lowerer:
                         simd=True, reductions=((part, op, dtype),))
             inner: tuple = (Decl(part, dtype, 1, identity(op, dtype)), loop, Accum(acc, off, op, part, dtype))
         else:
-            inner = (Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(acc, off, op, val, dtype)), simd=True),)
+            update = (*body.lets, Accum(acc, off, op, val, dtype))
+            inner = (Loop(var, ix.const(0), ix.const(extent), update, simd=True),)
         for var, extent, _ in reversed(loops[:-1]):
             inner = (Loop(var, ix.const(0), ix.const(extent), inner),)
         out += inner

@@ -46,6 +46,12 @@ class Body:
         self._memo: dict[tuple, str] = {}
         self._names = names
 
+    def copy(self) -> "Body":
+        """An independent copy sharing the name counter (to try a fusion and roll it back)."""
+        b = Body(self._names)
+        b.lets, b.dtype, b._memo, b.imms = list(self.lets), dict(self.dtype), dict(self._memo), dict(self.imms)
+        return b
+
     def let(self, op: str, dtype: str, args: Sequence[str] = (), attr: object = None) -> str:
         key = (op, dtype, tuple(args), repr(attr) if op == "imm" else attr)
         name = self._memo.get(key)

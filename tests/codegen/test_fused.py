@@ -282,34 +282,59 @@ def heavy_value_broadcast_into_reduction(b):
 
 @case(groups=None)
 def scalar_chain(b):
-    x = b.input(()); return b.unary(Op.EXP, b.binary(Op.MUL, x, x))
+    x = b.input(())
+    return b.unary(Op.EXP, b.binary(Op.MUL, x, x))
+
+
 @case(groups=None)
 def reduce_to_scalar_and_use(b):
-    x = b.input((5, 7)); s = b.reduce(Op.SUM, x, [0, 1], keepdims=False); return [s, b.binary(Op.MUL, x, s)]
+    x = b.input((5, 7))
+    s = b.reduce(Op.SUM, x, [0, 1], keepdims=False)
+    return [s, b.binary(Op.MUL, x, s)]
+
+
 @case(groups=None)
 def pure_view_copy(b):
-    x = b.input((4, 6)); return b.permute(x, (1, 0))
+    return b.permute(b.input((4, 6)), (1, 0))
+
+
 @case(groups=None)
 def output_feeds_output(b):
-    x = b.input((4, 6)); y = b.unary(Op.RELU, x); z = b.binary(Op.ADD, y, b.permute(b.permute(y, (1, 0)), (1, 0))); return [y, z]
+    y = b.unary(Op.RELU, b.input((4, 6)))
+    return [y, b.binary(Op.ADD, y, b.permute(b.permute(y, (1, 0)), (1, 0)))]
+
+
 @case(groups=None)
 def bool_output(b):
-    x = b.input((4, 6)); return b.binary(Op.GT, x, b.scalar(0.0))
+    return b.binary(Op.GT, b.input((4, 6)), b.scalar(0.0))
+
+
 @case(groups=None)
 def int_reduce(b):
-    x = b.input((4, 6), "int64"); return b.reduce(Op.SUM, x, [1])
+    return b.reduce(Op.SUM, b.input((4, 6), "int64"), [1])
+
+
 @case(groups=None)
 def size1_dims(b):
-    x = b.input((1, 5, 1, 3)); return b.reduce(Op.RMAX, x, [1])
+    return b.reduce(Op.RMAX, b.input((1, 5, 1, 3)), [1])
+
+
 @case(groups=None)
 def tensor_const_size1(b):
-    x = b.input((3, 4)); k = b.constant(np.array([[2.0]], np.float32)); return b.binary(Op.MUL, x, k)
+    return b.binary(Op.MUL, b.input((3, 4)), b.constant(np.array([[2.0]], np.float32)))
+
+
 @case(groups=None)
 def reduce_keepdims_false_mid(b):
-    x = b.input((3, 4, 5)); return b.reduce(Op.SUM, b.unary(Op.EXP, x), [1], keepdims=False)
+    return b.reduce(Op.SUM, b.unary(Op.EXP, b.input((3, 4, 5))), [1], keepdims=False)
+
+
 @case(groups=None)
 def output_is_reduce_used_later(b):
-    x = b.input((6, 8)); m = b.reduce(Op.RMAX, x, [1]); return [m, b.binary(Op.SUB, x, m)]
+    x = b.input((6, 8))
+    m = b.reduce(Op.RMAX, x, [1])
+    return [m, b.binary(Op.SUB, x, m)]
+
 
 BUILT = {}
 

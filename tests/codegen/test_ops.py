@@ -63,8 +63,9 @@ def _cast(src, dst):
     return finish(b, b.cast(b.input(SHAPE, src), dst))
 
 
-for src, dst in [("float32", "int32"), ("float32", "bool"), ("bool", "float32"), ("int64", "float32"),
-                 ("float32", "float64"), ("float64", "float32"), ("int32", "int64"), ("int64", "bool"), ("int64", "int8")]:
+CASTS = [("float32", "int32"), ("float32", "bool"), ("bool", "float32"), ("int64", "float32"), ("float32", "float64"),
+         ("float64", "float32"), ("int32", "int64"), ("int64", "bool"), ("int64", "int8")]
+for src, dst in CASTS:
     CASES[f"cast_{src}_{dst}"] = (lambda s=src, d=dst: _cast(s, d))
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from cg_util import check, finish, layer_norm, softmax
 from kernorch import codegen
 from kernorch.codegen import toolchain as cbuild
-from kernorch.codegen.indexing import flat, normalize
+from kernorch.codegen.indexing import flat
 from kernorch.errors import CompilerError, InputError
 from kernorch.ir import index as ix
 from kernorch.ir import interp, layout
