@@ -9,7 +9,10 @@ reassociate and drop NaN/inf semantics, and results must stay close to the inter
 ``-ffp-contract=off`` keeps a*b+c from becoming an FMA, again for interpreter parity.
 Where glibc's libmvec exists, loops calling exp/erf/tanh/... use its SIMD variants.
 
-Cache: ``$KERNORCH_CACHE_DIR`` or ``~/.cache/kernorch/build``; compiler: ``$CC``, else cc, gcc.
+Cache: ``$KERNORCH_CACHE_DIR`` or ``~/.cache/kernorch/build``, keyed also by the CPU (native
+code); compiler: ``$CC``, else cc, gcc. Kernels link libgomp.so.1; once torch is imported, the
+loader resolves that to torch's copy, so generated kernels and torch ops share one OpenMP thread
+pool (no oversubscription between them).
 """
 
 from __future__ import annotations
@@ -47,6 +50,20 @@ def _compiler_id(cc: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def _cpu_id() -> str:
+    """-march=native code is only valid on the CPU it was built for; key the cache on it too (a
+    cache directory may be shared between machines)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))][:2]
+        return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+    except OSError:
+        import platform
+
+        return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=None)
 def _has_mvec() -> bool:
     return ctypes.util.find_library("mvec") is not None
 
@@ -80,7 +97,8 @@ def libs() -> list[str]:
 def compile_source(source: str) -> Path:
     """Compile ``source`` to a shared library (or reuse the cached one); return its path."""
     cc = compiler()
-    digest = hashlib.sha256("\0".join([source, _compiler_id(cc), *flags(), *libs()]).encode()).hexdigest()[:32]
+    key = "\0".join([source, _compiler_id(cc), _cpu_id(), *flags(), *libs()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     out = cache_dir() / f"kn_{digest}.so"
     if out.exists():
         return out
