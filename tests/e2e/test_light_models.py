@@ -28,12 +28,11 @@ NAMES = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet5
 
 
 def _random_weight(shape, role: str, rng) -> np.ndarray:
-    if role == "weight":
-        fan_in = math.prod(shape[1:]) or 1
-        return (rng.standard_normal(shape) * math.sqrt(1.0 / fan_in)).astype(np.float32)
     if role in ("bn_scale", "bn_var"):
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-    return (rng.standard_normal(shape) * 0.1).astype(np.float32)
+    w = rng.standard_normal(shape, dtype=np.float32)  # float32 throughout: vgg19 has 140M weights
+    w *= math.sqrt(1.0 / (math.prod(shape[1:]) or 1)) if role == "weight" else 0.1
+    return w
 
 
 def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
@@ -62,10 +61,11 @@ def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     m.graph.node.extend(keep)
     m.ir_version = max(m.ir_version, 4)  # initializers that are not graph inputs
     softmax = [n for n in keep if n.op_type == "Softmax"]
-    if softmax:
-        typed = onnx.shape_inference.infer_shapes(m)
-        (vi,) = [v for v in typed.graph.value_info if v.name == softmax[-1].input[0]]
-        m.graph.output.append(vi)
+    if softmax and softmax[-1].output[0] == m.graph.output[0].name:
+        logits = onnx.ValueInfoProto()
+        logits.CopyFrom(m.graph.output[0])  # softmax keeps the shape
+        logits.name = softmax[-1].input[0]
+        m.graph.output.append(logits)
     return m
 
 
