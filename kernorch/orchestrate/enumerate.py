@@ -39,6 +39,7 @@ class EnumerationStats:
 
     sets: int = 0
     candidates: int = 0
+    truncated_segments: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
 
 
@@ -95,9 +96,12 @@ class _Segment:
         return out
 
 
-def _grow(seg: _Segment, dag: Dag, max_nodes: int, preds_only: bool, stats: EnumerationStats) -> list[int]:
+def _grow(
+    seg: _Segment, dag: Dag, max_nodes: int, preds_only: bool, stats: EnumerationStats, max_sets: int | None = None
+) -> list[int]:
     """All connected convex bitsets of the segment obeying the kind rules, smallest first.
-    See Note [growing convex sets]."""
+    See Note [growing convex sets]. With `max_sets`, stop before the first size whose sets would
+    take the total past it (all sets of the sizes kept are returned)."""
     kinds = [dag.kind[n] for n in seg.nodes]
     linear = [1 if k == "linear" else 0 for k in kinds]
     opaque = [k == "opaque" for k in kinds]
@@ -131,6 +135,10 @@ def _grow(seg: _Segment, dag: Dag, max_nodes: int, preds_only: bool, stats: Enum
                     continue
                 found.append(s2)
                 nxt.append((s2, d2, a2, (frontier | nbr[w]) & ~s2, nlin + linear[w]))
+        if max_sets is not None and len(found) > max_sets:
+            stats.rejected[f"set budget: size {size + 1}+"] += len(nxt)
+            stats.truncated_segments += 1
+            return found[: len(found) - len(nxt)]
         level = nxt
         size += 1
     return found
@@ -155,16 +163,19 @@ def enumerate_candidates(
     multi_output: bool,
     can_generate: CanGenerate | None = None,
     stats: EnumerationStats | None = None,
+    max_sets: int | None = None,
 ) -> list[Candidate]:
     """Candidates of one segment, in a deterministic order.
 
     Single-output mode (Korch): one candidate per single-sink set, writing the sink.
     Multi-output mode: additionally one candidate per set writing every member needed outside it;
     for a single-sink set both flavours are kept when they differ, because writing fewer values
-    can be cheaper when another kernel recomputes the rest."""
+    can be cheaper when another kernel recomputes the rest. `max_sets` bounds the sets per
+    segment by lowering the size bound for this segment (the binary program's difficulty grows
+    quickly with its size; a dense segment gets smaller kernels rather than no answer)."""
     stats = stats if stats is not None else EnumerationStats()
     seg = _Segment(dag, nodes)
-    bits = _grow(seg, dag, max_kernel_nodes, not multi_output, stats)
+    bits = _grow(seg, dag, max_kernel_nodes, not multi_output, stats, max_sets)
     stats.sets += len(bits)
     out: list[Candidate] = []
     for s in bits:

@@ -41,13 +41,16 @@ class SolverError(KernorchError):
 class Problem:
     """Candidate k costs `costs[k]`, writes the values `writes[k]` and needs `reads[k]` written by
     another picked candidate (values available from outside are simply not listed). `order_key`
-    (optional) breaks ties when ordering picked kernels: smaller runs first."""
+    (optional) breaks ties when ordering picked kernels: smaller runs first. `covers` are
+    optional valid cuts: each lists candidates at least one of which every solution picks (e.g.
+    "some kernel computes node n" when every node is needed); they tighten the relaxation."""
 
     costs: Sequence[float]
     writes: Sequence[Sequence[Hashable]]
     reads: Sequence[Sequence[Hashable]]
     required: Sequence[Hashable]
     order_key: Sequence[float] | None = None
+    covers: Sequence[Sequence[int]] = ()
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,10 @@ class _Raw:
 
 
 class _Model:
-    """Rows of the program in CSR form. Column k < n is x_k; column n + j is y_j, the continuous
-    "value j is written" of the j-th read value (x_k <= y_j <= sum of its writers)."""
+    """Rows of the program in CSR form. Column k < n is x_k; column n + j is y_j, "the j-th read
+    value is written" (x_k <= y_j <= sum of its writers). y is implied integral, but declaring it
+    binary lets the solver branch on "is this value in memory", which splits the search better
+    than branching on single kernels; it also keeps rows short (no writer list per reader)."""
 
     def __init__(self, p: Problem) -> None:
         n = len(p.costs)
@@ -116,6 +121,8 @@ class _Model:
             self.add_row([col, *writers[v]], [1.0] + [-1.0] * len(writers[v]), -math.inf, 0.0)
             for k in readers[v]:
                 self.add_row([k, col], [1.0, -1.0], -math.inf, 0.0)
+        for ks in p.covers:
+            self.add_row(list(ks), [1.0] * len(ks), 1.0, math.inf)
         self.y_of = y_of
         self.base_rows = len(self.lo)
 
@@ -125,13 +132,6 @@ class _Model:
         self.indptr.append(len(self.indices))
         self.lo.append(lo)
         self.hi.append(hi)
-
-    def start_vector(self, chosen: Sequence[int]) -> np.ndarray:
-        x = np.zeros(self.n_cols)
-        x[list(chosen)] = 1.0
-        for v, col in self.y_of.items():
-            x[col] = min(1.0, float(sum(x[k] for k in self.writers[v])))
-        return x
 
 
 def order_kernels(p: Problem, chosen: Sequence[int]) -> tuple[list[int], list[int], set[Hashable]]:
@@ -232,12 +232,14 @@ def solve(
     start: Sequence[int] | None = None,
     max_rounds: int = 100,
 ) -> Solution:
-    """Minimum-cost executable selection. `start` (an executable selection, e.g. a baseline) warms
-    the highs backend and is returned, labelled not optimal, if no executable solution is found in
-    time. Deadlocks are cut and re-solved (Note [multi-output deadlock])."""
+    """Minimum-cost executable selection. `start` (an executable selection, e.g. a baseline) is
+    returned, labelled not optimal, if no executable solution better than it is found in time. (It is not passed
+    to HiGHS as a warm start: on our programs that made solves up to 10x slower.) Deadlocks are
+    cut and re-solved (Note [multi-output deadlock])."""
     t0 = time.perf_counter()
     model = _Model(p)
     costs = np.asarray(p.costs, dtype=float)
+    scale = _cost_scale(costs)
     run = {"highs": _run_highs, "scipy": _run_scipy}.get(backend)
     if run is None:
         raise ValueError(f"unknown solver backend {backend!r}; use 'highs' or 'scipy'")
@@ -245,20 +247,29 @@ def solve(
     while True:
         rounds += 1
         left = max(0.01, time_limit_s - (time.perf_counter() - t0))
-        raw = run(model, costs, left, mip_rel_gap, start)
+        raw = run(model, costs * scale, left, mip_rel_gap)
         if raw.x is None:
-            return _fallback(p, model, start, raw.status, raw.bound, t0, rounds, cuts, backend)
+            return _fallback(p, model, start, raw.status, raw.bound / scale, t0, rounds, cuts, backend)
         chosen = [k for k in range(model.n_x) if raw.x[k] > 0.5]
         found = deadlock_cuts(p, model.writers, chosen)
         if not found:
             ordered, _, _ = order_kernels(p, chosen)
             obj = float(costs[ordered].sum())
-            return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound, t0, rounds, cuts, model))
+            if not raw.optimal and start is not None and sum(p.costs[k] for k in start) < obj:
+                return _fallback(p, model, start, f"{raw.status}, start is better", raw.bound / scale, t0, rounds, cuts, backend)
+            return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound / scale, t0, rounds, cuts, model))
         if rounds >= max_rounds or time.perf_counter() - t0 > time_limit_s:
-            return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound, t0, rounds, cuts, backend)
+            return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound / scale, t0, rounds, cuts, backend)
         for comp, unpicked in found:
             model.add_row([*comp, *unpicked], [1.0] * len(comp) + [-1.0] * len(unpicked), -math.inf, len(comp) - 1.0)
             cuts += 1
+
+
+def _cost_scale(costs: np.ndarray) -> float:
+    """Scale so the cheapest positive cost is 1: kernel costs in seconds (1e-6..1e-2) sit near
+    the solver's absolute tolerances (1e-6 .. 1e-7), which would blur small differences."""
+    pos = costs[costs > 0]
+    return 1.0 / float(pos.min()) if pos.size else 1.0
 
 
 def _fallback(
@@ -281,7 +292,7 @@ def _report(
     return SolveReport(backend, status, optimal, obj, bound, gap, time.perf_counter() - t0, rounds, cuts, m.n_cols, len(m.lo))
 
 
-def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, start: Sequence[int] | None) -> _Raw:
+def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) -> _Raw:
     import highspy
 
     h = highspy.Highs()
@@ -302,12 +313,8 @@ def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, st
     lp.a_matrix_.start_ = np.asarray(m.indptr, dtype=np.int32)
     lp.a_matrix_.index_ = np.asarray(m.indices, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(m.data, dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * m.n_x + [highspy.HighsVarType.kContinuous] * (m.n_cols - m.n_x)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * m.n_cols
     h.passModel(lp)
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = list(m.start_vector(start))
-        h.setSolution(sol)
     h.run()
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
@@ -316,12 +323,12 @@ def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, st
     return _Raw(status, status == "Optimal", x, float(info.mip_dual_bound))
 
 
-def _run_scipy(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float, start: Sequence[int] | None) -> _Raw:
+def _run_scipy(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) -> _Raw:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_array
 
     a = csr_array((m.data, m.indices, m.indptr), shape=(len(m.lo), m.n_cols))
-    integrality = np.concatenate([np.ones(m.n_x), np.zeros(m.n_cols - m.n_x)])
+    integrality = np.ones(m.n_cols)
     res = milp(
         np.concatenate([costs, np.zeros(m.n_cols - m.n_x)]),
         integrality=integrality,

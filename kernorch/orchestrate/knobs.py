@@ -1,0 +1,35 @@
+"""The orchestrator's tuning knobs: one frozen dataclass, the only place their defaults live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Knobs of `orchestrate`. Defaults keep enumeration + solve of a 3000-prim model well under a
+    minute on two cores (see bench and tests/orchestrate/test_scale.py)."""
+
+    max_segment_nodes: int = 48
+    """Largest segment; bounds each binary program (partition.py). Solve time grows steeply with
+    it: a 60-prim transformer layer takes HiGHS ~5 s, two 30-prim halves ~0.3 s."""
+    max_cut_width: int = 4
+    """A cut crossed by at most this many values is narrow; segments end at narrow cuts."""
+    max_kernel_nodes: int = 12
+    """Largest enumerated candidate, in prims."""
+    max_segment_sets: int = 800
+    """Enumerated sets per segment; past it the segment's size bound is lowered (dense segments
+    otherwise give binary programs HiGHS cannot close in time)."""
+    multi_output: bool = True
+    """Also enumerate multi-output candidates (Korch: single-output only)."""
+    greedy_max_kernel_nodes: int = 64
+    """Largest kernel the greedy baseline builds (TVM's max_fuse_depth plays this role)."""
+    seed_baselines: bool = True
+    """Add the per-operator and greedy kernels that fit in a segment to the optimal strategy's
+    candidates, so its plan never costs more than those baselines (under the same cost)."""
+    time_limit_s: float = 30.0
+    """Solver time for the whole model, shared out over the segments."""
+    mip_rel_gap: float = 1e-4
+    """Relative optimality gap at which the solver may stop."""
+    solver_backend: str = "highs"
+    """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

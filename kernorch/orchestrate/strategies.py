@@ -1,0 +1,246 @@
+"""`orchestrate`: dag + strategy + the code generator's hooks -> Plan. Strategies: unfused,
+per-operator, greedy (rules in baselines.py) and optimal (partition, enumerate, price, solve).
+All of them price kernels with the same memoized cost, so their plans compare fairly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Hashable, Sequence
+
+from kernorch.errors import KernorchError
+from kernorch.orchestrate.baselines import (
+    greedy_blocks,
+    operator_blocks,
+    order_blocks,
+    unfused_blocks,
+)
+from kernorch.orchestrate.candidate import Candidate, multi_output
+from kernorch.orchestrate.dag import Dag
+from kernorch.orchestrate.enumerate import EnumerationStats, enumerate_candidates
+from kernorch.orchestrate.knobs import Knobs
+from kernorch.orchestrate.partition import Segment, partition
+from kernorch.orchestrate.plan import Plan, build_plan
+from kernorch.orchestrate.pricing import CanGenerate, CostFn, KeyFn, Pricer
+from kernorch.orchestrate.solver import Problem, Solution, SolveReport, solve
+
+STRATEGIES = ("unfused", "per-operator", "greedy", "optimal")
+
+
+class OrchestrationError(KernorchError):
+    """No plan exists: some prim cannot be generated even as a kernel of its own."""
+
+
+def orchestrate(
+    dag: Dag,
+    strategy: str = "optimal",
+    cost: CostFn | None = None,
+    can_generate: CanGenerate | None = None,
+    key_fn: KeyFn | None = None,
+    knobs: Knobs = Knobs(),
+) -> Plan:
+    """Plan `dag` with `strategy`. `cost(candidate)` gives seconds or None (cannot be built);
+    `can_generate` is the code generator's feasibility hook; `key_fn` gives a canonical kernel
+    key, and both hooks and the cost run once per distinct key. Nodes no output depends on are
+    dropped first (Dag.without_dead)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if cost is None:
+        raise ValueError("orchestrate needs a cost function, e.g. RooflineCost().bind(dag)")
+    live = dag.without_dead()
+    pricer = Pricer(cost, can_generate, key_fn)
+    t0 = time.perf_counter()
+    if strategy == "optimal":
+        return _optimal(live, pricer, knobs, t0)
+    blocks = _baseline_blocks(live, strategy, pricer, knobs)
+    kernels = order_blocks(live, blocks)
+    return build_plan(live, kernels, _prices(pricer, kernels), strategy, stats=_stats(pricer, t0))
+
+
+def _baseline_blocks(dag: Dag, strategy: str, pricer: Pricer, knobs: Knobs) -> list[frozenset[int]]:
+    def generatable(nodes: frozenset[int]) -> bool:
+        return pricer.price(multi_output(dag, nodes)) is not None
+
+    if strategy == "unfused":
+        return unfused_blocks(dag)
+    units = operator_blocks(dag, generatable)
+    if strategy == "per-operator":
+        return units
+    ordered = [c.nodes for c in order_blocks(dag, units)]
+    return greedy_blocks(dag, ordered, generatable, knobs.greedy_max_kernel_nodes)
+
+
+def _prices(pricer: Pricer, kernels: Sequence[Candidate]) -> list[float]:
+    out = []
+    for cand in kernels:
+        c = pricer.price(cand)
+        if c is None:
+            raise OrchestrationError(f"kernel {sorted(cand.nodes)} cannot be generated")
+        out.append(c)
+    return out
+
+
+def _stats(pricer: Pricer, t0: float, **extra: float) -> dict[str, float]:
+    return {
+        "cost_calls": pricer.cost_calls,
+        "generate_calls": pricer.generate_calls,
+        "distinct_keys": pricer.distinct_keys,
+        "total_s": time.perf_counter() - t0,
+        **extra,
+    }
+
+
+def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
+    """Per segment: enumerate, add baseline seeds, price, solve (once per distinct segment
+    program); concatenate the segments' kernels (segments are independent, see partition.py)."""
+    segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width)
+    greedy: list[frozenset[int]] = []
+    seeds: list[frozenset[int]] = []
+    if knobs.seed_baselines:
+        greedy = _baseline_blocks(dag, "greedy", pricer, knobs)
+        seeds = _baseline_blocks(dag, "per-operator", pricer, knobs) + greedy
+    estats = EnumerationStats()
+    kernels: list[Candidate] = []
+    costs: list[float] = []
+    reports: list[SolveReport] = []
+    t_enum = t_solve = 0.0
+    n_cands = 0
+    solved: dict[tuple[object, ...], Solution] = {}
+    for i, seg in enumerate(segments):
+        t = time.perf_counter()
+        cands = _segment_candidates(dag, seg, seeds, pricer, knobs, estats)
+        prices = [pricer.price(c) for c in cands]
+        cands = [c for c, p in zip(cands, prices) if p is not None]
+        prices = [p for p in prices if p is not None]
+        n_cands += len(cands)
+        t_enum += time.perf_counter() - t
+        t = time.perf_counter()
+        problem = _segment_problem(dag, seg, cands, prices)
+        signature = _signature(dag, seg, problem)
+        sol = solved.get(signature)
+        if sol is None:
+            left = knobs.time_limit_s - t_solve
+            sol = solved[signature] = solve(
+                problem,
+                time_limit_s=max(0.05, left / (len(segments) - i)),
+                mip_rel_gap=knobs.mip_rel_gap,
+                backend=knobs.solver_backend,
+                start=_segment_start(dag, seg, cands, greedy),
+            )
+            reports.append(sol.report)
+        t_solve += time.perf_counter() - t
+        kernels.extend(cands[k] for k in sol.chosen)
+        costs.extend(prices[k] for k in sol.chosen)
+    stats = _stats(
+        pricer,
+        t0,
+        segments=len(segments),
+        distinct_segments=len(solved),
+        forced_cuts=sum(s.forced for s in segments),
+        sets=estats.sets,
+        truncated_segments=estats.truncated_segments,
+        candidates=n_cands,
+        enumerate_s=t_enum,
+        solve_s=t_solve,
+        **{f"rejected: {k}": float(v) for k, v in sorted(estats.rejected.items())},
+    )
+    return build_plan(dag, kernels, costs, "optimal", _merge_reports(reports), stats)
+
+
+def _segment_candidates(
+    dag: Dag, seg: Segment, seeds: Sequence[frozenset[int]], pricer: Pricer, knobs: Knobs, estats: EnumerationStats
+) -> list[Candidate]:
+    cands = enumerate_candidates(
+        dag,
+        seg.nodes,
+        max_kernel_nodes=knobs.max_kernel_nodes,
+        multi_output=knobs.multi_output,
+        can_generate=pricer.can_generate,
+        stats=estats,
+        max_sets=knobs.max_segment_sets,
+    )
+    inside = set(seg.nodes)
+    have = set(cands)
+    for block in seeds:
+        if block <= inside:
+            cand = multi_output(dag, block)
+            if cand not in have:
+                have.add(cand)
+                cands.append(cand)
+    return cands
+
+
+def _segment_problem(dag: Dag, seg: Segment, cands: Sequence[Candidate], prices: Sequence[float]) -> Problem:
+    """Values from earlier segments are available (they are required outputs there). Every node
+    of the segment feeds a required value (dead nodes are gone), so some kernel computes it: one
+    cover row per node tightens the relaxation."""
+    inside = set(seg.nodes)
+    required = [v for v in seg.nodes if v in dag.outputs or v in seg.cut_values]
+    computing: dict[int, list[int]] = {n: [] for n in seg.nodes}
+    for k, c in enumerate(cands):
+        for n in c.nodes:
+            computing[n].append(k)
+    return Problem(
+        costs=list(prices),
+        writes=[tuple(sorted(c.outputs)) for c in cands],
+        reads=[tuple(sorted(v for v in c.inputs if v in inside)) for c in cands],
+        required=required,
+        order_key=[float(max(dag.position[n] for n in c.nodes)) for c in cands],
+        covers=[computing[n] for n in seg.nodes],
+    )
+
+
+def _signature(dag: Dag, seg: Segment, p: Problem) -> tuple[object, ...]:
+    """The segment's program in segment-relative positions. Repeated blocks (identical layers)
+    give equal signatures and are solved once: equal programs have equal optima."""
+    base = dag.position[seg.nodes[0]]
+
+    def rel(vs: Sequence[Hashable]) -> tuple[int, ...]:
+        return tuple(dag.position[int(v)] - base for v in vs)  # type: ignore[call-overload]
+
+    return (
+        tuple(p.costs),
+        tuple(rel(w) for w in p.writes),
+        tuple(rel(r) for r in p.reads),
+        rel(p.required),
+        tuple(tuple(c) for c in p.covers),
+    )
+
+
+def _segment_start(
+    dag: Dag, seg: Segment, cands: Sequence[Candidate], greedy: Sequence[frozenset[int]]
+) -> list[int] | None:
+    """An executable selection to warm the solver and fall back on: the greedy kernels inside the
+    segment plus one kernel per remaining node (refining a partition with an acyclic quotient
+    keeps it acyclic), or None if one of them was not priced."""
+    index = {c: k for k, c in enumerate(cands)}
+    inside = set(seg.nodes)
+    blocks = [b for b in greedy if b <= inside]
+    covered = set().union(*blocks)
+    blocks += [frozenset((n,)) for n in seg.nodes if n not in covered]
+    start = [index.get(multi_output(dag, b)) for b in blocks]
+    return None if any(k is None for k in start) else [k for k in start if k is not None]
+
+
+def _merge_reports(reports: Sequence[SolveReport]) -> SolveReport:
+    if not reports:
+        return SolveReport("none", "empty dag", True, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
+    obj = sum(r.objective for r in reports)
+    bound = sum(r.bound for r in reports)
+    optimal = all(r.optimal for r in reports)
+    statuses = sorted({r.status for r in reports})
+    gap = 0.0 if optimal else (abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf)
+    return SolveReport(
+        backend=reports[0].backend,
+        status="; ".join(statuses),
+        optimal=optimal,
+        objective=obj,
+        bound=bound,
+        gap=gap,
+        time_s=sum(r.time_s for r in reports),
+        rounds=sum(r.rounds for r in reports),
+        cuts=sum(r.cuts for r in reports),
+        n_vars=sum(r.n_vars for r in reports),
+        n_rows=sum(r.n_rows for r in reports),
+    )
