@@ -164,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mismatch when max abs err > TOL * max(1, max|ref|) (default 1e-4)")
     q.set_defaults(func=cmd_check)
 
-    # compile / run / bench: add_parser(...) here with set_defaults(func=...)
+    from kernorch.cli_run import add_commands
+
+    add_commands(sub, _add_model_args)
     return p
 
 

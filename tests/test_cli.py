@@ -164,3 +164,36 @@ def test_cli_and_import_do_not_load_torch():
             "assert not heavy, heavy\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_compile_then_run_roundtrip(tmp_path, capsys):
+    """`kernorch compile` writes a directory that `kernorch run` loads and runs (no re-tuning)."""
+    from kernorch.cli import main
+
+    out = tmp_path / "compiled"
+    assert main(["compile", str(EXAMPLE), "-o", str(out), "--cost", "model", "--db", str(tmp_path / "db.sqlite"),
+                 "--quiet"]) == 0
+    assert "compiled" in capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(out), "--input", f"input={tmp_path / 'x.npy'}", "--repeat", "2",
+                 "--save", str(tmp_path / "outs")]) == 0
+    text = capsys.readouterr().out
+    assert "output probs: float32[1,10]" in text and "latency: median" in text
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(EXAMPLE), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"input": x})[0]
+    assert np.abs(np.load(tmp_path / "outs" / "probs.npy") - want).max() < 1e-5
+
+
+def test_run_rejects_unknown_inputs_in_one_line(tmp_path, capsys):
+    from kernorch.cli import main
+
+    out = tmp_path / "compiled"
+    main(["compile", str(EXAMPLE), "-o", str(out), "--cost", "model", "--db", str(tmp_path / "db.sqlite"),
+          "--quiet"])
+    np.save(tmp_path / "x.npy", np.zeros(3, np.float32))
+    assert main(["run", str(out), "--input", f"nope={tmp_path / 'x.npy'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernorch: error: unknown input(s) ['nope']") and err.count("\n") == 1

@@ -295,7 +295,7 @@ def _report(
 def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) -> _Raw:
     import highspy
 
-    h = highspy.Highs()
+    h = _quiet_highs(highspy)
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("mip_rel_gap", float(gap))
@@ -338,3 +338,19 @@ def _run_scipy(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) ->
     )
     bound = getattr(res, "mip_dual_bound", math.nan)
     return _Raw(res.message, res.status == 0, res.x if res.x is not None else None, float(bound if bound is not None else math.nan))
+
+
+def _quiet_highs(highspy):
+    """A Highs instance without its start-up banner (printed by C++ before options can be set)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -34,7 +34,8 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": t
 def to_tensor(a: Any) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a.contiguous()
-    return torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
 
 
 class ProviderKernel:
