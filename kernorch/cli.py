@@ -84,7 +84,29 @@ def cmd_inspect(args) -> int:
     _table(f"ONNX ops ({nodes} nodes, {len(s.op_histogram)} types)", s.op_histogram)
     _table(f"primitives by kind ({s.prims})", s.prims_by_kind)
     _table(f"opaque ops, kept whole ({sum(s.opaque.values())})", s.opaque)
+    if args.segments:
+        _print_segments(graph, args)
     return EXIT_OK
+
+
+def _print_segments(graph, args) -> None:
+    """The orchestrator's automatic segments (after the default rewrites), as the solver sees them."""
+    from kernorch.orchestrate.from_graph import dag_from_graph
+    from kernorch.orchestrate.knobs import Knobs
+    from kernorch.orchestrate.partition import partition
+    from kernorch.rewrite.pipeline import apply_rewrites
+
+    g, _ = apply_rewrites(graph)
+    knobs = Knobs()
+    segs = partition(dag_from_graph(g).without_dead(), max_segment_nodes=knobs.max_segment_nodes,
+                     max_cut_width=knobs.max_cut_width)
+    sizes = sorted(len(sg.nodes) for sg in segs)
+    forced = sum(sg.forced for sg in segs)
+    print(f"\nsegments ({len(segs)}; after rewrites {len(g.prims)} prims; max_segment_nodes={knobs.max_segment_nodes}, "
+          f"max_cut_width={knobs.max_cut_width})")
+    print(f"  sizes min/median/max  {sizes[0]}/{sizes[len(sizes) // 2]}/{sizes[-1]}; {forced} cut(s) not narrow")
+    for k, sg in enumerate(segs):
+        print(f"  #{k:<4} {len(sg.nodes):>5} prims  cut width {sg.width}{'  (forced)' if sg.forced else ''}")
 
 
 def _table(title: str, rows: dict[str, int]) -> None:
@@ -152,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "primitive counts by kind, opaque ops, graph width and import time.")
     _add_model_args(q)
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.add_argument("--segments", action="store_true", help="also list the orchestrator's automatic segments")
     q.set_defaults(func=cmd_inspect)
 
     q = sub.add_parser("check", help="check the imported model against onnxruntime",

@@ -197,3 +197,9 @@ def test_run_rejects_unknown_inputs_in_one_line(tmp_path, capsys):
     assert main(["run", str(out), "--input", f"nope={tmp_path / 'x.npy'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kernorch: error: unknown input(s) ['nope']") and err.count("\n") == 1
+
+
+def test_inspect_lists_segments(capsys):
+    rc, out, _ = _run(capsys, "inspect", EXAMPLE, "--segments")
+    assert rc == 0
+    assert "segments (" in out and "cut width" in out
