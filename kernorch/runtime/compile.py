@@ -91,14 +91,20 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             cost: str = "measured", db: str | os.PathLike | TuningDB | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
-            dynamo: bool = False) -> CompiledModel:
-    """Compile ``model`` for ``target``. See README "Python API"."""
+            dynamo: bool = False, cuda_options: Any = None) -> CompiledModel:
+    """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
+    ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
     if strategy not in STRATEGIES:
         raise KernorchError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if cost not in COSTS:
         raise KernorchError(f"unknown cost {cost!r}; choose one of {', '.join(COSTS)}")
+    if target == "cuda":
+        from kernorch.runtime.cuda_compile import compile_cuda
+
+        return compile_cuda(model, example_inputs, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes,
+                            rewrites=rewrites, knobs=knobs, progress=progress, dynamo=dynamo, options=cuda_options)
     if target != "cpu":
-        raise KernorchError(f"unknown target {target!r}; this build supports 'cpu'")
+        raise KernorchError(f"unknown target {target!r}; choose 'cpu' or 'cuda'")
     threads = threads or default_threads()
     knobs = knobs or Knobs()
     rep = CompileReport(strategy, cost)

@@ -87,7 +87,11 @@ class CompiledModel:
         records = []
         for kern, info in zip(self.executable.kernels, self.executable.infos):
             rec = {"provider": kern.provider, "members": info.members, "outputs": tuple(kern.outputs), "info": info}
-            if isinstance(kern, CKernel):
+            if getattr(self.executable, "target", "cpu") == "cuda":
+                from kernorch.runtime.cuda_exec import kernel_record
+
+                rec.update(kernel_record(kern))
+            elif isinstance(kern, CKernel):
                 so = Path(kern.lib._name)
                 shutil.copy2(so, d / "libs" / so.name)
                 rec.update(spec=kern.spec, source=kern.source, lib=so.name, threads=kern.num_threads)
@@ -95,12 +99,18 @@ class CompiledModel:
         with open(d / "graph.pkl", "wb") as f:
             pickle.dump(self.graph, f, protocol=5)
         with open(d / "kernels.pkl", "wb") as f:
-            pickle.dump({"format": FORMAT_VERSION, "kernels": records, "report": self.report}, f, protocol=5)
+            meta = {"format": FORMAT_VERSION, "kernels": records, "report": self.report}
+            if getattr(self.executable, "target", "cpu") == "cuda":
+                from kernorch.runtime.cuda_exec import save_meta
+
+                meta.update(save_meta(self.executable))
+            pickle.dump(meta, f, protocol=5)
         return d
 
 
-def load(path: str | os.PathLike) -> CompiledModel:
-    """Load a model saved by ``CompiledModel.save`` (no tuning, no compilation)."""
+def load(path: str | os.PathLike, device: Any = None) -> CompiledModel:
+    """Load a model saved by ``CompiledModel.save`` (no tuning, no compilation; a CUDA model's
+    Triton kernels are compiled by Triton's JIT, from its cache, on ``device`` or the current GPU)."""
     d = Path(path)
     if not (d / "kernels.pkl").exists() or not (d / "graph.pkl").exists():
         raise KernorchError(f"{d}: not a saved kernorch model (kernels.pkl / graph.pkl missing)")
@@ -110,6 +120,10 @@ def load(path: str | os.PathLike) -> CompiledModel:
         meta = pickle.load(f)
     if meta.get("format") != FORMAT_VERSION:
         raise KernorchError(f"{d}: saved with format {meta.get('format')}, this kernorch reads {FORMAT_VERSION}")
+    if meta.get("target") == "cuda":
+        from kernorch.runtime.cuda_exec import load_cuda
+
+        return load_cuda(d, g, meta, device)
     kernels, infos = [], []
     for rec in meta["kernels"]:
         prov = rec["provider"]
