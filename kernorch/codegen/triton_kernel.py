@@ -50,6 +50,14 @@ def device_name(device: torch.device) -> str:
     return "interpreter"
 
 
+INTERPRETER_CONFIG = TritonConfig(block=1 << 16, warps=8)  # big tiles: the interpreter pays per op and program
+
+
+def default_config(device: torch.device) -> TritonConfig:
+    """The tile size used when none was tuned."""
+    return TritonConfig() if device.type == "cuda" else INTERPRETER_CONFIG
+
+
 class DeviceKernel(Kernel):
     """A Kernel whose inputs and outputs live on ``self.device``."""
 
@@ -90,25 +98,28 @@ def load_module(source: str, name: str):
 
 
 class TritonKernel(DeviceKernel):
-    """A generated kernel: one Triton program launch per group, scratch allocated once."""
+    """A generated kernel: one Triton program launch per group, scratch allocated at first run."""
 
     provider = "triton"
 
-    def __init__(self, spec: TritonSpec, g_types, device: torch.device, source: str | None = None,
-                 table=None) -> None:
-        if source is None:
-            source, table = emit_triton(spec, interpret=device.type != "cuda")
+    def __init__(self, spec: TritonSpec, g_types, device: torch.device) -> None:
+        source, table = emit_triton(spec, interpret=device.type != "cuda")
         super().__init__(spec.inputs, spec.outputs, [g_types[v] for v in spec.inputs],
                          [g_types[v] for v in spec.outputs], source, spec.key)
         self.spec, self.device = spec, device
-        self.table_data = table
         mod = load_module(source, spec.name)
+        self.path = mod.__file__
         self.fns = [getattr(mod, grp.name) for grp in spec.groups]
-        self.table = torch.as_tensor(table).to(device) if table is not None and len(table) else None
-        self.scratch = [torch.empty(a.size, dtype=TORCH_DTYPE[a.dtype], device=device)
-                        for a in spec.args if a.role == "ws"]
+        self.table = torch.as_tensor(table).to(device) if len(table) else None
+        self.scratch: list[torch.Tensor] | None = None
+
+    def arg_dtypes(self) -> list[str]:
+        return [a.dtype for a in self.spec.args] + ([str(self.table.dtype)[6:]] if self.table is not None else [])
 
     def _run(self, ins, outs) -> None:
+        if self.scratch is None:
+            self.scratch = [torch.empty(a.size, dtype=TORCH_DTYPE[a.dtype], device=self.device)
+                            for a in self.spec.args if a.role == "ws"]
         args = [*ins, *outs, *self.scratch]
         if self.table is not None:
             args.append(self.table)
@@ -119,6 +130,67 @@ class TritonKernel(DeviceKernel):
         with np.errstate(all="ignore"):  # the interpreter computes masked-out lanes too
             for fn, grp in zip(self.fns, self.spec.groups):
                 fn[(grp.grid,)](*args, num_warps=grp.warps)
+
+
+# -- parallel compilation ------------------------------------------------------------------------
+# Triton compiles in the calling process while holding the GIL, about 0.2-1 s per program. A
+# plan or a tuning batch compiles hundreds: they are compiled in a pool of worker processes
+# (``kernel.warmup`` on dtype placeholders) that fill Triton's disk cache, so the first launch
+# here only loads a binary. Best effort: a worker's failure is ignored (the launch compiles).
+_POOL = None
+
+
+def _pool(workers: int | None = None):
+    global _POOL
+    if _POOL is None:
+        import atexit
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        n = workers or int(os.environ.get("KERNORCH_COMPILE_WORKERS", 0)) or min(16, max(1, (os.cpu_count() or 2) - 1))
+        _POOL = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_POOL.shutdown, wait=False, cancel_futures=True)
+    return _POOL
+
+
+def _warm_job(job) -> str | None:
+    path, fns, dtypes, device_index = job
+    try:
+        torch.cuda.set_device(device_index)
+        name = Path(path).stem
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        args = [TORCH_DTYPE[d] for d in dtypes]
+        for fn, warps in fns:
+            getattr(mod, fn).warmup(*args, grid=(1,), num_warps=warps)
+        return None
+    except Exception as e:  # noqa: BLE001 - best effort: the first launch compiles instead
+        return f"{type(e).__name__}: {e}"
+
+
+def precompile_async(kernels: Iterable) -> list:
+    """Start compiling the GPU Triton kernels among ``kernels`` in worker processes; returns
+    futures (nothing to wait for on the interpreter, or when there are fewer than two)."""
+    jobs = [(k.path, [(grp.name, grp.warps) for grp in k.spec.groups], k.arg_dtypes(), k.device.index or 0)
+            for k in kernels if isinstance(k, TritonKernel) and k.device.type == "cuda"]
+    if len(jobs) < 2 or os.environ.get("KERNORCH_COMPILE_WORKERS") == "1":
+        return []
+    pool = _pool()
+    return [pool.submit(_warm_job, job) for job in jobs]
+
+
+def wait(futures: list) -> None:
+    for f in futures:
+        try:
+            f.result()
+        except Exception:  # noqa: BLE001 - a dead worker: the launch compiles instead
+            pass
+
+
+def precompile(kernels: Iterable) -> None:
+    wait(precompile_async(kernels))
 
 
 class CudaLinearKernel(LinearKernel, DeviceKernel):
@@ -159,8 +231,4 @@ def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device:
         return CudaOpaqueKernel(g, members, device)
     if Kind.LINEAR in kinds:
         return CudaLinearKernel(g, members, outputs, device)
-    return TritonKernel(lower_triton(g, members, outputs, config), g.types, device)
-
-
-def cache_path() -> Path:
-    return cache_dir() / "triton"
+    return TritonKernel(lower_triton(g, members, outputs, config or default_config(device)), g.types, device)

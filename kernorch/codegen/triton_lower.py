@@ -15,7 +15,9 @@ stages read the same element their index expressions coincide. A group is *persi
 stage's tile fits in ``config.block`` elements: then everything runs straight-line, each value
 computed once stays in registers, and a later stage that reads it at the same position reuses it
 (a row kept in registers across softmax / norm stages). Otherwise each stage loops over chunks
-of its lanes, reductions accumulate in a tile and reduce at the end. Reduce results with one
+of its lanes, reductions accumulate in a tile and reduce at the end, and values the scheduler
+kept only to avoid recomputation are recomputed (arithmetic is cheaper than a round trip to
+memory on a GPU). Reduce results with one
 value per o stay in registers ([BO, 1, 1]) in both modes; any other same-group read of a
 materialized value goes through memory (its output buffer, or scratch) after a barrier, which is
 legal because the scheduler proved the read lands in the same o (the same program).
@@ -233,6 +235,10 @@ class _Lowerer:
         o = self.vs.new(P)
         plans = [self._plan(st, P, o) for st in stages]
         self.persistent = all(np2(p.K) * np2(p.R) <= block for p in plans)
+        if not self.persistent:  # values kept only to avoid recomputation: recompute them instead
+            heavy = {p.st.value for p in plans if not p.st.reduce and p.st.value not in self.buf}
+            self.inline |= heavy
+            plans = [p for p in plans if p.st.value not in heavy]
         if self.persistent:
             inner = max(np2(p.K) * np2(p.R) for p in plans)
         else:

@@ -1,0 +1,210 @@
+"""The compiled model on target "cuda": device buffers planned from lifetimes (memory.py, as on
+CPU), constants uploaded once, and the whole plan captured once as a CUDA graph and replayed.
+
+Calls take NumPy arrays or tensors on any device and answer on the device of the inputs (NumPy in
+-> NumPy out). With a graph, inputs are copied into static device buffers, the graph is replayed
+and the static outputs are cloned (so results survive the next call). No graph is used under the
+Triton interpreter (CPU tensors) or when a kernel runs on the host (an opaque prim).
+
+Saved like the CPU model (model.py): the kernel records hold each Triton kernel's TritonSpec,
+whose source is re-emitted at load for the device at hand; nothing is re-tuned.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from kernorch.codegen.runner import TORCH_DTYPE
+from kernorch.codegen.triton_kernel import CudaLinearKernel, CudaOpaqueKernel, TritonKernel, cuda_device, precompile
+from kernorch.errors import KernorchError
+from kernorch.frontend.inputs import check_inputs
+from kernorch.ir.graph import Graph
+from kernorch.runtime.cuda_measure import CudaOptions, tf32
+from kernorch.runtime.executable import Executable, KernelInfo, Signature
+
+TARGET = "cuda"
+
+
+class CudaExecutable(Executable):
+    """Runs the kernels of a plan on one device, replaying a CUDA graph when it can."""
+
+    target = TARGET
+
+    def __init__(self, sig: Signature, kernels: Sequence, infos: Sequence[KernelInfo],
+                 types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any], device: torch.device,
+                 options: CudaOptions = CudaOptions()) -> None:
+        super().__init__(sig, kernels, infos, types, constants)
+        self.device, self.options = device, options
+        self.constants = {v: t.to(device) for v, t in self.constants.items()}
+        self.use_graph = (options.graph and device.type == "cuda"
+                          and all(getattr(k, "capturable", True) for k in self.kernels))
+        self._graph = None
+        self._result: dict[int, torch.Tensor] = {}
+        self._static_in: dict[int, torch.Tensor] = {}
+        self._static_out: dict[int, torch.Tensor] = {}
+
+    def _arena(self) -> list[dict[int, torch.Tensor]]:
+        if self._views is None:
+            slots = [torch.empty(n, dtype=TORCH_DTYPE[d], device=self.device) for n, d in self.memory.slots]
+            self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
+        return self._views
+
+    def _empty(self, v: int) -> torch.Tensor:
+        shape, dtype = self.types[v] if v in self.types else (self.sig.graph.types[v].shape,
+                                                              self.sig.graph.types[v].dtype)
+        return torch.empty(shape, dtype=TORCH_DTYPE[dtype], device=self.device)
+
+    def _execute(self, feeds: dict[int, torch.Tensor], outs: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Run every kernel; graph outputs are written into ``outs`` (allocated when missing)."""
+        views = self._arena()
+        env: dict[int, torch.Tensor] = dict(self.constants)
+        env.update(feeds)
+        out_set = self.memory.output_values
+        for k, kern in enumerate(self.kernels):
+            vk = views[k]
+            ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
+            res = []
+            for v in kern.outputs:
+                if v in out_set:
+                    if v not in outs:
+                        outs[v] = self._empty(v)
+                    env[v] = outs[v]
+                    res.append(outs[v])
+                else:
+                    res.append(vk[v])
+            kern._run(ins, res)
+        return {v: env[v] for v in self.sig.graph.outputs}
+
+    def run_ids(self, feeds: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        feeds = {v: t.to(self.device).contiguous() for v, t in feeds.items()}
+        with tf32(self.options.allow_tf32):
+            if not self.use_graph:
+                return self._execute(feeds, {})
+            if self._graph is None:
+                self._capture(feeds)
+            for v, t in feeds.items():
+                self._static_in[v].copy_(t)
+            self._graph.replay()
+            return {v: t.clone() for v, t in self._result.items()}
+
+    def _capture(self, feeds: dict[int, torch.Tensor]) -> None:
+        """Warm up (compiles every Triton kernel) on a side stream, then capture one run."""
+        self._static_in = {v: t.clone() for v, t in feeds.items()}
+        self._static_out = {v: self._empty(v) for v in self.sig.graph.outputs if v not in feeds}
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                self._execute(self._static_in, self._static_out)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._result = self._execute(self._static_in, self._static_out)
+        self._graph = graph
+
+    def _answer(self, out: dict[int, torch.Tensor], like: list) -> list:
+        """Results on the device of the inputs: CUDA tensors stay, the rest go to the host."""
+        on_device = any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in like)
+        vals = [out[v] for v in self.sig.graph.outputs]
+        if not on_device:
+            vals = [t.cpu() for t in vals]
+        if like and all(isinstance(a, np.ndarray) for a in like):
+            vals = [t.numpy() for t in vals]
+        return vals
+
+    def _feeds(self, checked: dict[int, Any]) -> dict[int, torch.Tensor]:
+        return {v: a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+                for v, a in checked.items()}
+
+    def run(self, feeds) -> dict[str, torch.Tensor]:
+        checked = check_inputs(self.sig.graph, feeds)
+        out = self.run_ids(self._feeds(checked))
+        vals = self._answer(out, [a for a in checked.values() if isinstance(a, torch.Tensor)] or [None])
+        return {self.sig.graph.name(v): t for v, t in zip(self.sig.graph.outputs, vals)}
+
+    def __call__(self, *args):
+        checked = check_inputs(self.sig.graph, list(args))
+        vals = self._answer(self.run_ids(self._feeds(checked)), list(args))
+        return vals[0] if len(vals) == 1 else tuple(vals)
+
+    def profile(self, feeds, repeat: int = 10) -> list[float]:
+        """Median seconds per kernel over ``repeat`` eager runs (synchronized around each kernel)."""
+        checked = check_inputs(self.sig.graph, feeds)
+        dev = {v: t.to(self.device) for v, t in self._feeds(checked).items()}
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        views = self._arena()
+        times: list[list[float]] = [[] for _ in self.kernels]
+        outs: dict[int, torch.Tensor] = {}
+        with tf32(self.options.allow_tf32):
+            for _ in range(repeat):
+                env: dict[int, torch.Tensor] = dict(self.constants)
+                env.update(dev)
+                for k, kern in enumerate(self.kernels):
+                    vk = views[k]
+                    ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
+                    res = []
+                    for v in kern.outputs:
+                        if v not in vk:
+                            outs.setdefault(v, self._empty(v))
+                            env[v] = outs[v]
+                        res.append(vk.get(v, env.get(v)))
+                    sync()
+                    t0 = time.perf_counter()
+                    kern._run(ins, res)
+                    sync()
+                    times[k].append(time.perf_counter() - t0)
+        return [float(np.median(t)) for t in times]
+
+
+def cuda_executable(g: Graph, kernels, infos, device: torch.device, options: CudaOptions) -> CudaExecutable:
+    types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
+    constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
+    return CudaExecutable(Signature.of(g), kernels, infos, types, constants, device, options)
+
+
+# -- persistence (called by model.py) ---------------------------------------------------------
+def kernel_record(kern) -> dict:
+    """What a saved model keeps of a kernel besides provider, members and outputs."""
+    if isinstance(kern, TritonKernel):
+        return {"spec": kern.spec, "source": kern.source}
+    return {}
+
+
+def save_meta(ex: CudaExecutable) -> dict:
+    return {"target": TARGET, "options": ex.options}
+
+
+def load_cuda(d: Path, g: Graph, meta: dict, device: str | torch.device | None = None):
+    """Rebuild a saved CUDA model's kernels on ``device`` (default: options.device, else the
+    current GPU, or the CPU under TRITON_INTERPRET=1)."""
+    from kernorch.runtime.model import CompiledModel
+
+    options: CudaOptions = meta.get("options") or CudaOptions()
+    dev = torch.device(device) if device is not None else (
+        torch.device(options.device) if options.device else cuda_device())
+    kernels, infos = [], []
+    for rec in meta["kernels"]:
+        prov = rec["provider"]
+        members, outputs = set(rec["members"]), list(rec["outputs"])
+        if prov == "triton":
+            kernels.append(TritonKernel(rec["spec"], g.types, dev))  # re-emitted for this device
+        elif prov == "torch":
+            kernels.append(CudaLinearKernel(g, members, outputs, dev))
+        elif prov == "reference":
+            kernels.append(CudaOpaqueKernel(g, members, dev))
+        else:
+            raise KernorchError(f"{d}: kernel provider {prov!r} cannot run on target cuda")
+        infos.append(rec["info"])
+    precompile(kernels)
+    return CompiledModel(cuda_executable(g, kernels, infos, dev, options), meta.get("report"), g)
+
+
+def dump(obj, path: Path) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=5)
