@@ -233,7 +233,8 @@ def solve(
     max_rounds: int = 100,
 ) -> Solution:
     """Minimum-cost executable selection. `start` (an executable selection, e.g. a baseline) is
-    returned, labelled not optimal, if no executable solution better than it is found in time. (It is not passed
+    returned if the solver finds nothing cheaper in time (or within its gap), so the answer never
+    costs more than `start`. (It is not passed
     to HiGHS as a warm start: on our programs that made solves up to 10x slower.) Deadlocks are
     cut and re-solved (Note [multi-output deadlock])."""
     t0 = time.perf_counter()
@@ -255,8 +256,9 @@ def solve(
         if not found:
             ordered, _, _ = order_kernels(p, chosen)
             obj = float(costs[ordered].sum())
-            if not raw.optimal and start is not None and sum(p.costs[k] for k in start) < obj:
-                return _fallback(p, model, start, f"{raw.status}, start is better", raw.bound / scale, t0, rounds, cuts, backend)
+            if start is not None and sum(p.costs[k] for k in start) < obj:
+                status = f"{raw.status}, start is better"
+                return _fallback(p, model, start, status, raw.bound / scale, t0, rounds, cuts, backend, raw.optimal)
             return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound / scale, t0, rounds, cuts, model))
         if rounds >= max_rounds or time.perf_counter() - t0 > time_limit_s:
             return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound / scale, t0, rounds, cuts, backend)
@@ -273,15 +275,26 @@ def _cost_scale(costs: np.ndarray) -> float:
 
 
 def _fallback(
-    p: Problem, model: _Model, start: Sequence[int] | None, status: str, bound: float, t0: float, rounds: int, cuts: int, backend: str
+    p: Problem,
+    model: _Model,
+    start: Sequence[int] | None,
+    status: str,
+    bound: float,
+    t0: float,
+    rounds: int,
+    cuts: int,
+    backend: str,
+    optimal: bool = False,
 ) -> Solution:
+    """`start` as the answer: optimal only when the solver proved its own answer optimal (within
+    the gap) and `start` is no worse."""
     if start is None:
         raise SolverError(f"no executable solution found ({status}) and no start solution given")
     ordered, stuck, _ = order_kernels(p, start)
     if stuck:
         raise SolverError(f"start solution is not executable: kernels {stuck} never become ready")
     obj = float(sum(p.costs[k] for k in ordered))
-    return Solution(tuple(ordered), _report(backend, f"fallback to start ({status})", False, obj, bound, t0, rounds, cuts, model))
+    return Solution(tuple(ordered), _report(backend, f"fallback to start ({status})", optimal, obj, bound, t0, rounds, cuts, model))
 
 
 def _report(

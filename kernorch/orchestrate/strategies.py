@@ -95,11 +95,10 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
     """Per segment: enumerate, add baseline seeds, price, solve (once per distinct segment
     program); concatenate the segments' kernels (segments are independent, see partition.py)."""
     segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width)
-    greedy: list[frozenset[int]] = []
-    seeds: list[frozenset[int]] = []
+    baselines: list[list[frozenset[int]]] = []
     if knobs.seed_baselines:
-        greedy = _baseline_blocks(dag, "greedy", pricer, knobs)
-        seeds = _baseline_blocks(dag, "per-operator", pricer, knobs) + greedy
+        baselines = [_baseline_blocks(dag, s, pricer, knobs) for s in ("per-operator", "greedy")]
+    seeds = [b for blocks in baselines for b in blocks]
     estats = EnumerationStats()
     kernels: list[Candidate] = []
     costs: list[float] = []
@@ -126,7 +125,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
                 time_limit_s=max(0.05, left / (len(segments) - i)),
                 mip_rel_gap=knobs.mip_rel_gap,
                 backend=knobs.solver_backend,
-                start=_segment_start(dag, seg, cands, greedy),
+                start=_segment_start(dag, seg, cands, prices, baselines),
             )
             reports.append(sol.report)
         t_solve += time.perf_counter() - t
@@ -209,18 +208,29 @@ def _signature(dag: Dag, seg: Segment, p: Problem) -> tuple[object, ...]:
 
 
 def _segment_start(
-    dag: Dag, seg: Segment, cands: Sequence[Candidate], greedy: Sequence[frozenset[int]]
+    dag: Dag,
+    seg: Segment,
+    cands: Sequence[Candidate],
+    prices: Sequence[float],
+    baselines: Sequence[Sequence[frozenset[int]]],
 ) -> list[int] | None:
-    """An executable selection to warm the solver and fall back on: the greedy kernels inside the
-    segment plus one kernel per remaining node (refining a partition with an acyclic quotient
-    keeps it acyclic), or None if one of them was not priced."""
+    """The cheapest baseline restricted to the segment, for the solver to fall back on: a
+    baseline's kernels inside the segment plus one kernel per remaining node (refining a partition
+    whose kernels can be ordered keeps it orderable). None if some kernel was not priced."""
     index = {c: k for k, c in enumerate(cands)}
     inside = set(seg.nodes)
-    blocks = [b for b in greedy if b <= inside]
-    covered = set().union(*blocks)
-    blocks += [frozenset((n,)) for n in seg.nodes if n not in covered]
-    start = [index.get(multi_output(dag, b)) for b in blocks]
-    return None if any(k is None for k in start) else [k for k in start if k is not None]
+    best: list[int] | None = None
+    for partition_blocks in [[], *baselines]:
+        blocks = [b for b in partition_blocks if b <= inside]
+        covered = set().union(*blocks)
+        blocks += [frozenset((n,)) for n in seg.nodes if n not in covered]
+        picked = [index.get(multi_output(dag, b)) for b in blocks]
+        if any(k is None for k in picked):
+            continue
+        start = [k for k in picked if k is not None]
+        if best is None or sum(prices[k] for k in start) < sum(prices[k] for k in best):
+            best = start
+    return best
 
 
 def _merge_reports(reports: Sequence[SolveReport]) -> SolveReport:
