@@ -206,9 +206,9 @@ class _Printer:
         return "(" + " + ".join(parts).replace("+ -", "- ") + ")"
 
     def _operand(self, e: ix.Expr) -> str:
-        """tl.minimum/maximum need a tensor operand: a constant becomes a full tile."""
+        """An operand of tl.minimum/maximum (the other one is a tensor: ir.index folds constants)."""
         s = self.idx(e)
-        return s if e.terms else f"tl.full([1, 1, 1], {e.const}, tl.int64)"
+        return s if e.terms else str(e.const)
 
     def _table(self, t: tuple[int, ...]) -> int:
         if t not in self.tables:
@@ -224,14 +224,14 @@ class _Printer:
         dims = [1, 1, 1]
         for lane in lanes:
             dims[lane.axis] = lane.block
-        return str(dims)
+        return str([dims[a] for a in self.axes])
 
     # -- statements -------------------------------------------------------------------------
     def emit(self, depth: int, s: str) -> None:
         self.lines.append("    " * depth + s)
 
     def lane(self, lane: Lane, d: int, base: str) -> None:
-        sl = ["[:, None, None]", "[None, :, None]", "[None, None, :]"][lane.axis]
+        sl = "[" + ", ".join(":" if a == lane.axis else "None" for a in self.axes) + "]"
         self.lanes[lane.var] = lane
         start = "" if base == "0" else f"{base} + "
         self.emit(d, f"v{lane.var} = {start}tl.arange(0, {lane.block}){sl}")
@@ -269,7 +269,7 @@ class _Printer:
             raise TypeError(s)
 
     def fold(self, s: Fold, d: int) -> None:
-        ident = full("[1, 1, 1]", identity(s.op, s.dtype), s.dtype)
+        ident = full(self.unit, identity(s.op, s.dtype), s.dtype)
         m = self.mask({x.var for x in s.lanes})
         v = f"tl.where({m}, {s.value}, {ident})" if m else s.value
         self.emit(d, f"f{s.acc} = {v}")
@@ -287,7 +287,8 @@ class _Printer:
 
     def reduce(self, s: Reduce, d: int) -> None:
         shp = self.shape(s.lanes)
-        ident = full("[1, 1, 1]", identity(s.op, s.dtype), s.dtype)
+        ident = full(self.unit, identity(s.op, s.dtype), s.dtype)
+        red = f"axis={self.axes.index(2)}, keep_dims=True"
         src = f"tl.broadcast_to({s.src}, {shp})"
         m = self.mask({x.var for x in s.lanes})
         if s.masked and m:
@@ -297,20 +298,20 @@ class _Printer:
         self.types[s.name] = s.dtype
         if s.dtype == "bool":
             fn = "tl.max" if s.op == "max" else "tl.min"
-            self.emit(d, f"{s.name} = {fn}({x}.to(tl.int32), axis=2, keep_dims=True) != 0")
+            self.emit(d, f"{s.name} = {fn}({x}.to(tl.int32), {red}) != 0")
         elif s.op == "sum":
-            self.emit(d, f"{s.name} = tl.sum({x}, axis=2, keep_dims=True)")
+            self.emit(d, f"{s.name} = tl.sum({x}, {red})")
         elif s.op == "prod":
-            self.emit(d, f"{s.name} = tl.reduce({x}, 2, _mul, keep_dims=True)")
+            self.emit(d, f"{s.name} = tl.reduce({x}, {self.axes.index(2)}, _mul, keep_dims=True)")
         else:
-            self.emit(d, f"{s.name} = tl.{s.op}({x}, axis=2, keep_dims=True)")
+            self.emit(d, f"{s.name} = tl.{s.op}({x}, {red})")
             if s.dtype.startswith("float"):
-                nan = f"tl.max(({x} != {x}).to(tl.int32), axis=2, keep_dims=True) > 0"
-                self.emit(d, f"{s.name} = tl.where({nan}, {full('[1, 1, 1]', float('nan'), s.dtype)}, {s.name})")
+                nan = f"tl.max(({x} != {x}).to(tl.int32), {red}) > 0"
+                self.emit(d, f"{s.name} = tl.where({nan}, {full(self.unit, float('nan'), s.dtype)}, {s.name})")
 
     def expr(self, s: Let) -> str:
         if s.op == "imm":
-            return full("[1, 1, 1]", s.attr, s.dtype)
+            return full(self.unit, s.attr, s.dtype)
         if s.op == "load":
             buf, off = s.attr
             m = self.mask(ix.free_vars(off))
@@ -329,6 +330,9 @@ class _Printer:
 
     def group(self, grp: Group, args: list[str]) -> None:
         self.lanes = {}
+        # Tiles are rank 3 only where a reduction keeps a lane (axis 1); else [BO, BR] as usual.
+        self.axes = [0, 1, 2] if any(lane.axis == 1 for lane in _lanes(grp.body)) else [0, 2]
+        self.unit = str([1] * len(self.axes))
         self.emit(0, "@triton.jit")
         self.emit(0, f"def {grp.name}({', '.join(args)}):")
         self.emit(1, "pid = tl.program_id(0)")
@@ -389,16 +393,17 @@ def tuning_space(spec: TritonSpec) -> list[TritonConfig]:
     return out
 
 
-def _inner(grp: Group) -> int:
-    def walk(stmts):
-        for s in stmts:
-            if isinstance(s, (Def, TLoop)):
-                yield s.lane
-            if isinstance(s, TLoop):
-                yield from walk(s.body)
+def _lanes(stmts):
+    for s in stmts:
+        if isinstance(s, (Def, TLoop)):
+            yield s.lane
+        if isinstance(s, TLoop):
+            yield from _lanes(s.body)
 
+
+def _inner(grp: Group) -> int:
     extents = {}
-    for lane in walk(grp.body):
+    for lane in _lanes(grp.body):
         extents[lane.axis] = max(extents.get(lane.axis, 1), np2(lane.extent))
     return extents.get(1, 1) * extents.get(2, 1)
 

@@ -10,7 +10,7 @@ Each group of the schedule is one Triton program launched over ceil(P / BO) prog
 owns BO consecutive outer indices (tile axis 0). A stage's inner loops are flattened: an
 elementwise stage's into one lane variable r (axis 2), a reduce stage's into kept (k, axis 1) and
 reduced (r, axis 2) lane variables, so every value is a rank-3 tile [BO, BK, BR] (size-1 axes
-broadcast). Lane variables of equal extent are shared by the stages of a group, so when two
+broadcast; printed as [BO, BR] when no stage of the group keeps a lane, the usual case). Lane variables of equal extent are shared by the stages of a group, so when two
 stages read the same element their index expressions coincide. A group is *persistent* when every
 stage's tile fits in ``config.block`` elements: then everything runs straight-line, each value
 computed once stays in registers, and a later stage that reads it at the same position reuses it
