@@ -23,8 +23,8 @@ from kernorch.codegen.feasible import CannotGenerate, kernel_prims
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import TORCH_DTYPE, Kernel, OpaqueKernel, as_tensor
 from kernorch.codegen.toolchain import cache_dir
-from kernorch.codegen.triton import emit_triton, why_not_triton
-from kernorch.codegen.triton_lower import TritonConfig, TritonSpec, lower_triton
+from kernorch.codegen.triton import emit_triton, tuning_space, why_not_triton
+from kernorch.codegen.triton_lower import TritonConfig, TritonLowering, TritonSpec, lower_triton
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind
@@ -216,6 +216,24 @@ class CudaOpaqueKernel(OpaqueKernel, DeviceKernel):
         super()._run([t.cpu() for t in ins], host)
         for o, h in zip(outs, host):
             o.copy_(h)
+
+
+def build_variants(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device,
+                   tune: bool = False) -> list[Kernel]:
+    """The kernel for target "cuda" with the default tile size, then (``tune``, Triton kernels on a
+    GPU) one per other tile size of its tuning space; the schedule is computed once."""
+    members = set(members)
+    reason = why_not_triton(g, members, outputs)
+    if reason is not None:
+        raise CannotGenerate(reason)
+    if any(p.kind in (Kind.OPAQUE, Kind.LINEAR) for p in kernel_prims(g, members)):
+        return [build_cuda(g, members, outputs, device)]
+    low = TritonLowering(g, members, outputs)
+    first = low.spec(default_config(device))
+    out: list[Kernel] = [TritonKernel(first, g.types, device)]
+    if tune and device.type == "cuda":
+        out += [TritonKernel(low.spec(c), g.types, device) for c in tuning_space(first) if c != first.config]
+    return out
 
 
 def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device | None = None,

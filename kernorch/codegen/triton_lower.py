@@ -41,7 +41,7 @@ from kernorch.codegen.schedule import Stage, Vars, make_schedule
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 
-GPU_THREADS = 1024  # "threads" the scheduler plans for: wide outer domains, many programs
+GPU_THREADS = 1 << 20  # "threads" the scheduler plans for: the widest outer domains, never traded for fusion
 INDEX32_LIMIT = 1 << 30  # buffers at least this long use 64-bit index arithmetic
 
 
@@ -169,16 +169,25 @@ class _NeedBuffer(Exception):
 def lower_triton(g: Graph, members: Iterable[int], outputs: Sequence[int], config: TritonConfig | None = None,
                  name: str | None = None) -> TritonSpec:
     """The tile program of a memory-bound kernel (no linear or opaque prims)."""
-    members = set(members)
-    low = _Lowerer(g, members, list(outputs), config or TritonConfig())
-    forced: set[int] = set()
-    while True:
-        try:
-            return low.run(name, forced)
-        except _NeedBuffer as e:
-            if e.value in forced:  # pragma: no cover - a buffered value is always loadable
-                raise CannotGenerate(f"cannot place value {g.name(e.value)}") from None
-            forced.add(e.value)
+    return TritonLowering(g, members, outputs).spec(config or TritonConfig(), name)
+
+
+class TritonLowering:
+    """One kernel lowered for several tile sizes: the schedule is computed once and shared."""
+
+    def __init__(self, g: Graph, members: Iterable[int], outputs: Sequence[int]) -> None:
+        self.g = g
+        self._low = _Lowerer(g, set(members), list(outputs))
+
+    def spec(self, config: TritonConfig, name: str | None = None) -> TritonSpec:
+        forced: set[int] = set()  # values that must go through memory at this tile size
+        while True:
+            try:
+                return self._low.run(name, forced, config)
+            except _NeedBuffer as e:
+                if e.value in forced:  # pragma: no cover - a buffered value is always loadable
+                    raise CannotGenerate(f"cannot place value {self.g.name(e.value)}") from None
+                forced.add(e.value)
 
 
 @dataclass
@@ -192,19 +201,24 @@ class _Plan:
 
 
 class _Lowerer:
-    def __init__(self, g: Graph, members: set[int], outputs: list[int], config: TritonConfig) -> None:
-        self.g, self.outputs, self.config = g, outputs, config
+    def __init__(self, g: Graph, members: set[int], outputs: list[int]) -> None:
+        self.g, self.outputs = g, outputs
+        self._schedule: tuple | None = None
         self.prims = kernel_prims(g, members)
         self.producers = {p.output: p for p in self.prims}
         ins, _ = g.boundary(members)
         self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
         self.ext = [v for v in ins if v not in self.imm]
 
-    def run(self, name: str | None, forced: set[int]) -> TritonSpec:
+    def run(self, name: str | None, forced: set[int], config: TritonConfig) -> TritonSpec:
         g = self.g
+        self.config = config
         self.vs = Vars()
         self.names = itertools.count()
-        sch = make_schedule(g, self.prims, self.outputs, self.vs, GPU_THREADS)
+        if self._schedule is None:  # the same for every tile size and scratch choice
+            self._schedule = (make_schedule(g, self.prims, self.outputs, self.vs, GPU_THREADS), list(self.vs.sizes))
+        sch, sizes = self._schedule
+        self.vs.sizes = list(sizes)
         self.inline = set(self.producers) - sch.mat
         group_of = {sch.stages[k].value: gi for gi, (ks, _) in enumerate(sch.groups) for k in ks}
         crossing = {v for gi, (ks, _) in enumerate(sch.groups) for k in ks for v, _ in sch.stages[k].reads
@@ -411,4 +425,4 @@ def _describe(g: Graph, prims, ext, imm, outputs) -> str:
 
 
 __all__ = ["Barrier", "Def", "Fill", "Fold", "Group", "Lane", "Let", "Put", "Reduce", "TLoop", "TritonConfig",
-           "TritonSpec", "lower_triton", "np2"]
+           "TritonLowering", "TritonSpec", "lower_triton", "np2"]

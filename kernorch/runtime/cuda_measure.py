@@ -21,9 +21,9 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from kernorch.codegen.triton import tuning_space, why_not_triton
-from kernorch.codegen.triton_kernel import (CudaLinearKernel, TritonKernel, build_cuda, device_name, precompile_async,
-                                            wait)
+from kernorch.codegen.triton import why_not_triton
+from kernorch.codegen.triton_kernel import (CudaLinearKernel, TritonKernel, build_variants, device_name,
+                                            precompile_async, wait)
 from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.ir import interp
 from kernorch.ir.graph import Graph
@@ -66,7 +66,7 @@ class tf32:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.old
 
 
-def time_on_device(fn: Callable[[], None], device: torch.device, warmup: int = 3) -> float:
+def time_on_device(fn: Callable[[], None], device: torch.device, warmup: int = 3, graph: bool = True) -> float:
     """Median seconds per call of ``fn`` (which only launches work on ``device``). On the
     interpreter one timed call: the number only has to exist."""
     if device.type != "cuda":
@@ -78,16 +78,18 @@ def time_on_device(fn: Callable[[], None], device: torch.device, warmup: int = 3
     torch.cuda.synchronize(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     try:
-        graph = torch.cuda.CUDAGraph()
+        if not graph:
+            raise RuntimeError("host work cannot be captured")
+        cuda_graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             fn()
         torch.cuda.current_stream(device).wait_stream(stream)
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(cuda_graph):
             for _ in range(REPS):
                 fn()
-        run = graph.replay
+        run = cuda_graph.replay
     except Exception:  # noqa: BLE001 - not capturable (host work): time plain launches
         def run():
             for _ in range(REPS):
@@ -176,24 +178,14 @@ class CudaMeasuredCost:
         worth timing (every tile size of the tuning space for a Triton kernel)."""
         out = []
         for key, cand in batch:
-            g, outs, members = self.g, ordered_outputs(self._pos, cand), set(cand.nodes)
             try:
-                first = build_cuda(g, members, outs, self.device)
+                kerns = build_variants(self.g, set(cand.nodes), ordered_outputs(self._pos, cand), self.device,
+                                       self.options.tune)
             except Exception as e:  # noqa: BLE001 - recorded as a build failure, never chosen
                 out.append((key, [("codegen", e)]))
                 continue
-            if not isinstance(first, TritonKernel):
-                out.append((key, [(first.provider, first)]))
-                continue
-            kerns = [(_provider(first.spec.config), first)]
-            if self.options.tune and self.device.type == "cuda":
-                for config in tuning_space(first.spec):
-                    if config != first.spec.config:
-                        try:
-                            kerns.append((_provider(config), build_cuda(g, members, outs, self.device, config)))
-                        except Exception as e:  # noqa: BLE001
-                            kerns.append((_provider(config), e))
-            out.append((key, kerns))
+            out.append((key, [(_provider(k.spec.config) if isinstance(k, TritonKernel) else k.provider, k)
+                              for k in kerns]))
         return out
 
     def _measure(self, key: str, cand: Candidate, kerns: list) -> None:
@@ -229,7 +221,8 @@ class CudaMeasuredCost:
                     ok, detail = close(ref[v], got.cpu().numpy())
                     if not ok and not (self.options.allow_tf32 and isinstance(kern, CudaLinearKernel)):
                         return Record(name, None, "verify_failed", f"output %{v}: {detail}"), ref
-                seconds = time_on_device(lambda: kern._run(ins, outs), self.device)
+                seconds = time_on_device(lambda: kern._run(ins, outs), self.device,
+                                         graph=getattr(kern, "capturable", True))
         except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
             return Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300]), ref
         return Record(name, seconds, "ok"), ref

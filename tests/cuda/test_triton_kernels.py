@@ -168,3 +168,17 @@ def test_tuning_space_offers_a_persistent_tile_for_wide_rows():
     assert any(c.block >= 16384 for c in tuning_space(spec))
     wide = lower_triton(g, members, outputs, TritonConfig(16384, 16))
     assert "for c" not in emit_triton(wide)[0]
+
+
+@pytest.mark.parametrize("name", ["softmax_odd_rows", "group_norm", "output_feeds_output"])
+def test_tile_sizes_of_one_lowering_all_match_interpreter(name):
+    # the tuning path: one schedule, several tile sizes (scratch decisions must not leak between them)
+    from kernorch.codegen.triton_kernel import TritonKernel, cuda_device
+    from kernorch.codegen.triton_lower import TritonLowering
+
+    g, members, outputs = cg.one_kernel(FUSED.CASES[name])
+    low = TritonLowering(g, members, outputs)
+    for config in (TritonConfig(16, 4), TritonConfig(4096, 8), TritonConfig(64, 2)):
+        spec = low.spec(config)
+        assert spec.config == config
+        compare(TritonKernel(spec, g.types, cuda_device()), g, outputs, cg.feeds(g, seed=5))
