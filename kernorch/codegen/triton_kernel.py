@@ -132,61 +132,41 @@ class TritonKernel(DeviceKernel):
                 fn[(grp.grid,)](*args, num_warps=grp.warps)
 
 
-# -- parallel compilation ------------------------------------------------------------------------
-# Triton compiles in the calling process while holding the GIL, about 0.2-1 s per program. A
-# plan or a tuning batch compiles hundreds: they are compiled in a pool of worker processes
-# (``kernel.warmup`` on dtype placeholders) that fill Triton's disk cache, so the first launch
-# here only loads a binary. Best effort: a worker's failure is ignored (the launch compiles).
-_POOL = None
+# -- parallel compilation (triton_warm.py) -------------------------------------------------------
+_WORKERS = None
 
 
-def _pool(workers: int | None = None):
-    global _POOL
-    if _POOL is None:
-        import atexit
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+def _workers():
+    global _WORKERS
+    if _WORKERS is None:
+        from kernorch.codegen.triton_warm import Workers
 
-        n = workers or int(os.environ.get("KERNORCH_COMPILE_WORKERS", 0)) or min(16, max(1, (os.cpu_count() or 2) - 1))
-        _POOL = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
-        atexit.register(_POOL.shutdown, wait=False, cancel_futures=True)
-    return _POOL
-
-
-def _warm_job(job) -> str | None:
-    path, fns, dtypes, device_index = job
-    try:
-        torch.cuda.set_device(device_index)
-        name = Path(path).stem
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        args = [TORCH_DTYPE[d] for d in dtypes]
-        for fn, warps in fns:
-            getattr(mod, fn).warmup(*args, grid=(1,), num_warps=warps)
-        return None
-    except Exception as e:  # noqa: BLE001 - best effort: the first launch compiles instead
-        return f"{type(e).__name__}: {e}"
+        n = int(os.environ.get("KERNORCH_COMPILE_WORKERS", 0)) or min(16, max(1, (os.cpu_count() or 2) - 1))
+        _WORKERS = Workers(n)
+    return _WORKERS
 
 
 def precompile_async(kernels: Iterable) -> list:
-    """Start compiling the GPU Triton kernels among ``kernels`` in worker processes; returns
-    futures (nothing to wait for on the interpreter, or when there are fewer than two)."""
-    jobs = [(k.path, [(grp.name, grp.warps) for grp in k.spec.groups], k.arg_dtypes(), k.device.index or 0)
+    """Start compiling the GPU Triton kernels among ``kernels`` in worker processes; returns what
+    ``wait`` needs (nothing on the interpreter, for fewer than two, or KERNORCH_COMPILE_WORKERS=1)."""
+    jobs = [{"path": k.path, "fns": [(grp.name, grp.warps) for grp in k.spec.groups], "dtypes": k.arg_dtypes(),
+             "device": k.device.index or 0}
             for k in kernels if isinstance(k, TritonKernel) and k.device.type == "cuda"]
     if len(jobs) < 2 or os.environ.get("KERNORCH_COMPILE_WORKERS") == "1":
         return []
-    pool = _pool()
-    return [pool.submit(_warm_job, job) for job in jobs]
+    try:
+        return _workers().submit(jobs)
+    except Exception:  # noqa: BLE001 - no workers: the first launch compiles instead
+        return []
 
 
-def wait(futures: list) -> None:
-    for f in futures:
-        try:
-            f.result()
-        except Exception:  # noqa: BLE001 - a dead worker: the launch compiles instead
-            pass
+def wait(pending: list) -> None:
+    from kernorch.codegen.triton_warm import wait as wait_workers
+
+    try:
+        wait_workers(pending)
+    except Exception:  # noqa: BLE001 - a broken worker: the launch compiles instead
+        pass
 
 
 def precompile(kernels: Iterable) -> None:

@@ -96,3 +96,17 @@ def test_wrong_input_names_the_input_on_cuda(tmp_path):
 def test_unknown_target_is_one_clear_error(tmp_path):
     with pytest.raises(kernorch.KernorchError, match="unknown target 'tpu'"):
         kernorch.compile(EXAMPLE, target="tpu", cost="model", db=tmp_path / "db.sqlite", progress=False)
+
+
+def test_compile_workers_answer_every_job():
+    # the parallel-compile protocol: one answer per job, failures reported, nothing hangs
+    from kernorch.codegen.triton_warm import Workers, wait
+
+    workers = Workers(2)
+    try:
+        jobs = [{"path": f"/nonexistent/k{i}.py", "fns": [["f", 4]], "dtypes": ["float32"], "device": 0}
+                for i in range(3)]
+        errors = wait(workers.submit(jobs))
+        assert len(errors) == 3 and all(e for e in errors)
+    finally:
+        workers.close()
