@@ -11,9 +11,12 @@
 #      checked and timed in CUDA graphs, tile sizes tuned).
 # Usage, from the repository root:   bash bench/gpu_check.sh [LOG_DIR]      (default $OUT or /tmp)
 # Needs torch with CUDA, triton, onnx, onnxruntime; highspy is used when present (else scipy's HiGHS).
-# SegFormer needs `transformers` to be built and exported. Where it is missing, export here first:
+# Models are exported to ONNX on the GPU box when they can be built there (SegFormer needs
+# `transformers`, the exporter needs torch.onnx's TorchScript path). To not depend on either, export
+# here first (candy 64/224 and SegFormer 512, about 28 MiB):
 #   python -m bench.gpu_bench --export-only --cache .gpu_models && echo /.gpu_models/ >> .git/info/exclude
-# and carry .gpu_models: the script then runs kernorch and onnxruntime on it (PyTorch columns skipped).
+# and carry .gpu_models: the tests and the benchmark read it (without transformers there the
+# SegFormer PyTorch columns are skipped; kernorch and onnxruntime still run).
 # Each step is cut by `timeout` (tests 200 s, candy 120 s, segformer 210 s, measured 150 s).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -4,6 +4,8 @@ programs (memory-bound prims) or torch calls on CUDA tensors (linear prims)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import time
 from typing import Any
 
@@ -55,6 +57,8 @@ def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, d
     options = options or CudaOptions()
     device = torch.device(options.device) if options.device else cuda_device()
     knobs = knobs or Knobs()
+    if knobs.solver_backend == "highs" and importlib.util.find_spec("highspy") is None:
+        knobs = dataclasses.replace(knobs, solver_backend="scipy")  # GPU images often lack highspy
     rep = CompileReport(strategy, cost)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
