@@ -22,8 +22,9 @@ from kernorch.orchestrate.dag import Dag
 
 @dataclass(frozen=True)
 class Segment:
-    """A contiguous range of the topological order; `width` values cross the cut at its end
-    (`cut_values`; empty for the last segment). `forced` means the cut was not narrow."""
+    """A contiguous range of the topological order. `width` values cross the cut at its end (0 for
+    the last); `cut_values` are those of them computed in this segment, which it must write.
+    `forced` means the cut was not narrow."""
 
     nodes: tuple[int, ...]
     width: int
@@ -91,6 +92,6 @@ def partition(dag: Dag, *, max_segment_nodes: int, max_cut_width: int) -> list[S
         crossing = frozenset(
             v for v in dag.nodes[start:end] if any(dag.position[s] >= end for s in dag.succs[v])
         )
-        segments.append(Segment(dag.nodes[start:end], len(crossing), crossing, widths[end] > max_cut_width))
+        segments.append(Segment(dag.nodes[start:end], widths[end], crossing, widths[end] > max_cut_width))
         start = end
     return segments

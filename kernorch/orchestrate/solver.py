@@ -6,14 +6,17 @@ Note [multi-output deadlock]
 Covering constraints do not give an order: two multi-output kernels may each read a value only
 the other writes (x->t1, x->a, y->t2, y->b, t1->b, t2->a; kernels {x,t1,a} and {y,t2,b}). After
 each solve we run the picked kernels (any whose reads are available) until none can start. If
-some are stuck, let A be the values written by the kernels that did run, and C a sink strongly
-connected component of "stuck r needs a value that stuck q would write" (a closed set of stuck
-kernels). In any executable plan containing all of C, the first member of C to run reads a value
-outside A that a kernel outside C writes; no kernel of this solution outside C writes it, so it
-is one of U = {unpicked kernels writing a value some member of C misses}. Hence the cut
-    sum_{c in C} x_c - sum_{q in U} x_q <= |C| - 1
-keeps every executable plan and removes this one; add it and solve again. (Forbidding C alone,
-sum x_c <= |C| - 1, could remove an executable plan that adds a kernel from U.)
+some are stuck, take a sink strongly connected component C of "stuck r needs a value that stuck
+q would write" and let M be the values its members need but nobody has written. In any
+executable plan that writes some value of M, the first kernel to write a value of M reads none
+(none is in memory yet). So, with y_m = "m is written",
+    y_m <= sum of x_q over W = {q : q writes a value of M and reads no value of M}, m in M,
+holds for every executable plan. The current solution violates it: y_m = 1 (a member of C reads
+m), and no picked kernel is in W (a picked writer of M is stuck, hence in C, and reads M). Add
+these rows and solve again: like subtour elimination, the rows name a set of values that needs
+an entry, not particular kernels, so one row rules out every kernel pair with the same cycle.
+(Forbidding the stuck kernels, sum_{c in C} x_c <= |C| - 1, is weaker and can even remove an
+executable plan: one that adds a kernel writing a value of M first.)
 Single-output kernels never deadlock: a kernel reading a value v = sink(p) contains a reader
 of v, and every member reaches the kernel's own sink, so sink(p) precedes its sink in
 topological order; running kernels by sink position is always executable.
@@ -162,20 +165,28 @@ def order_kernels(p: Problem, chosen: Sequence[int]) -> tuple[list[int], list[in
     return ran, [k for k in chosen if k not in done], avail
 
 
-def deadlock_cuts(p: Problem, writers: dict[Hashable, list[int]], chosen: Sequence[int]) -> list[tuple[list[int], list[int]]]:
-    """(C, U) pairs, one per sink component of the stuck kernels. See Note [multi-output deadlock]."""
+def deadlock_cuts(p: Problem, chosen: Sequence[int]) -> list[tuple[list[Hashable], list[int]]]:
+    """(M, W) per sink component of the stuck kernels: values needing an entry writer and the
+    kernels that could be it. See Note [multi-output deadlock]."""
     _, stuck, avail = order_kernels(p, chosen)
     if not stuck:
         return []
-    picked = set(chosen)
     stuck_set = set(stuck)
     miss = {r: [v for v in dict.fromkeys(p.reads[r]) if v not in avail] for r in stuck}
+    writers: dict[Hashable, list[int]] = {}
+    for q in stuck:
+        for v in p.writes[q]:
+            writers.setdefault(v, []).append(q)
     edges = {r: sorted({q for v in miss[r] for q in writers.get(v, ()) if q in stuck_set}) for r in stuck}
     cuts = []
     for comp in _sink_components(stuck, edges):
         lacking = {v for c in comp for v in miss[c]}
-        unpicked = sorted({q for v in lacking for q in writers.get(v, ()) if q not in picked})
-        cuts.append((sorted(comp), unpicked))
+        entry = [
+            q
+            for q in range(len(p.costs))
+            if not lacking.isdisjoint(p.writes[q]) and lacking.isdisjoint(p.reads[q])
+        ]
+        cuts.append((sorted(lacking, key=repr), entry))
     return cuts
 
 
@@ -234,9 +245,10 @@ def solve(
 ) -> Solution:
     """Minimum-cost executable selection. `start` (an executable selection, e.g. a baseline) is
     returned if the solver finds nothing cheaper in time (or within its gap), so the answer never
-    costs more than `start`. (It is not passed
-    to HiGHS as a warm start: on our programs that made solves up to 10x slower.) Deadlocks are
-    cut and re-solved (Note [multi-output deadlock])."""
+    costs more than `start`. It is not passed to HiGHS as a warm start: with a user solution,
+    HiGHS 1.16 returned that solution labelled optimal next to a wrong, lower objective (found
+    by test_optimal_equals_brute_force). Deadlocks are cut and re-solved (Note [multi-output
+    deadlock])."""
     t0 = time.perf_counter()
     model = _Model(p)
     costs = np.asarray(p.costs, dtype=float)
@@ -252,7 +264,7 @@ def solve(
         if raw.x is None:
             return _fallback(p, model, start, raw.status, raw.bound / scale, t0, rounds, cuts, backend)
         chosen = [k for k in range(model.n_x) if raw.x[k] > 0.5]
-        found = deadlock_cuts(p, model.writers, chosen)
+        found = deadlock_cuts(p, chosen)
         if not found:
             ordered, _, _ = order_kernels(p, chosen)
             obj = float(costs[ordered].sum())
@@ -262,9 +274,10 @@ def solve(
             return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound / scale, t0, rounds, cuts, model))
         if rounds >= max_rounds or time.perf_counter() - t0 > time_limit_s:
             return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound / scale, t0, rounds, cuts, backend)
-        for comp, unpicked in found:
-            model.add_row([*comp, *unpicked], [1.0] * len(comp) + [-1.0] * len(unpicked), -math.inf, len(comp) - 1.0)
-            cuts += 1
+        for lacking, entry in found:
+            for v in lacking:
+                model.add_row([model.y_of[v], *entry], [1.0] + [-1.0] * len(entry), -math.inf, 0.0)
+                cuts += 1
 
 
 def _cost_scale(costs: np.ndarray) -> float:

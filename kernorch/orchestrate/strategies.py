@@ -100,37 +100,38 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
         baselines = [_baseline_blocks(dag, s, pricer, knobs) for s in ("per-operator", "greedy")]
     seeds = [b for blocks in baselines for b in blocks]
     estats = EnumerationStats()
-    kernels: list[Candidate] = []
-    costs: list[float] = []
-    reports: list[SolveReport] = []
-    t_enum = t_solve = 0.0
-    n_cands = 0
-    solved: dict[tuple[object, ...], Solution] = {}
-    for i, seg in enumerate(segments):
-        t = time.perf_counter()
+    t = time.perf_counter()
+    work = []
+    for seg in segments:
         cands = _segment_candidates(dag, seg, seeds, pricer, knobs, estats)
         prices = [pricer.price(c) for c in cands]
         cands = [c for c, p in zip(cands, prices) if p is not None]
-        prices = [p for p in prices if p is not None]
-        n_cands += len(cands)
-        t_enum += time.perf_counter() - t
-        t = time.perf_counter()
-        problem = _segment_problem(dag, seg, cands, prices)
-        signature = _signature(dag, seg, problem)
+        priced = [p for p in prices if p is not None]
+        problem = _segment_problem(dag, seg, cands, priced)
+        work.append((seg, cands, priced, problem, _signature(dag, seg, problem)))
+    t_enum = time.perf_counter() - t
+    t = time.perf_counter()
+    solved: dict[tuple[object, ...], Solution] = {}
+    reports: list[SolveReport] = []
+    distinct = len({w[4] for w in work})
+    kernels: list[Candidate] = []
+    costs: list[float] = []
+    for seg, cands, prices, problem, signature in work:
         sol = solved.get(signature)
         if sol is None:
-            left = knobs.time_limit_s - t_solve
+            left = knobs.time_limit_s - (time.perf_counter() - t)
             sol = solved[signature] = solve(
                 problem,
-                time_limit_s=max(0.05, left / (len(segments) - i)),
+                time_limit_s=max(0.05, left / (distinct - len(solved))),
                 mip_rel_gap=knobs.mip_rel_gap,
                 backend=knobs.solver_backend,
                 start=_segment_start(dag, seg, cands, prices, baselines),
             )
             reports.append(sol.report)
-        t_solve += time.perf_counter() - t
         kernels.extend(cands[k] for k in sol.chosen)
         costs.extend(prices[k] for k in sol.chosen)
+    t_solve = time.perf_counter() - t
+    n_cands = sum(len(w[1]) for w in work)
     stats = _stats(
         pricer,
         t0,
