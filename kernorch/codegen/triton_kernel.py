@@ -198,6 +198,27 @@ class CudaOpaqueKernel(OpaqueKernel, DeviceKernel):
             o.copy_(h)
 
 
+class HostKernel(DeviceKernel):
+    """A kernel's prims run by the reference interpreter on the host: the fallback for a Triton
+    kernel that failed to compile or to verify on this GPU (slow, never captured in a graph)."""
+
+    provider = "host"
+    capturable = False
+
+    def __init__(self, g: Graph, members, outputs: Sequence[int], device: torch.device) -> None:
+        from kernorch.ir import interp
+
+        self.sub = g.subgraph(set(members), list(outputs))
+        super().__init__(self.sub.inputs, outputs, [g.types[v] for v in self.sub.inputs],
+                         [g.types[v] for v in outputs], "reference interpreter", g.kernel_key(set(members), list(outputs)))
+        self.device, self._interp = device, interp
+
+    def _run(self, ins, outs) -> None:
+        res = self._interp.run(self.sub, {v: t.cpu().numpy() for v, t in zip(self.inputs, ins)})
+        for v, o in zip(self.outputs, outs):
+            o.copy_(torch.from_numpy(np.ascontiguousarray(res[v])).reshape(o.shape))
+
+
 def build_variants(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device,
                    tune: bool = False) -> list[Kernel]:
     """The kernel for target "cuda" with the default tile size, then (``tune``, Triton kernels on a

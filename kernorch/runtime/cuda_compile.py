@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import time
+import warnings
 from typing import Any
 
 import torch
 
-from kernorch.codegen.triton_kernel import build_cuda, cuda_device, precompile
+from kernorch.codegen.triton_kernel import HostKernel, TritonKernel, build_cuda, cuda_device, precompile
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.cost import RooflineCost
@@ -23,7 +24,7 @@ from kernorch.orchestrate.strategies import orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import apply_rewrites
 from kernorch.runtime.cuda_exec import cuda_executable
-from kernorch.runtime.cuda_measure import CudaMeasuredCost, CudaOptions, config_of
+from kernorch.runtime.cuda_measure import CudaMeasuredCost, CudaOptions, config_of, verify_on_device
 from kernorch.runtime.executable import KernelInfo
 
 _ROOFLINE: dict[str, RooflineCost] = {}
@@ -104,24 +105,45 @@ def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, d
     rep.seconds["orchestrate"] = time.perf_counter() - t2
     rep.plan_summary = plan.summary()
     t3 = time.perf_counter()
-    ex = build_plan_cuda(g, plan, device, options, measured if cost == "measured" else None)
+    ex, fallbacks = build_plan_cuda(g, plan, device, options, measured if cost == "measured" else None)
+    rep.failed += len(fallbacks)
+    rep.failures = (rep.failures + fallbacks)[:20]
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
     return CompiledModel(ex, rep, g)
 
 
 def build_plan_cuda(g: Graph, plan: Plan, device: torch.device, options: CudaOptions,
-                    measured: CudaMeasuredCost | None = None):
-    """Every kernel of the plan built for the device, Triton kernels with their best tile size."""
+                    measured: CudaMeasuredCost | None = None) -> tuple[Any, list[str]]:
+    """Every kernel of the plan built for the device, Triton kernels with their best tile size.
+    Kernels that were not measured (roofline costs) are checked against the interpreter on the
+    GPU once built; one that fails to compile or verify runs on the host instead (reported).
+    Returns the executable and the fallbacks."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
     producers = g.producers()
-    kernels, infos = [], []
-    for cand, est in zip(plan.kernels, plan.costs):
+    kernels, infos, fallbacks = [], [], []
+    for cand in plan.kernels:
         outs = ordered_outputs(pos, cand)
         best = measured.best.get(measured.key(cand)) if measured is not None else None
-        kern = build_cuda(g, cand.nodes, outs, device, config_of(best.provider) if best is not None else None)
-        kernels.append(kern)
+        if best is not None and best.provider == "host":
+            kernels.append(HostKernel(g, cand.nodes, outs, device))
+            continue
+        try:
+            kernels.append(build_cuda(g, cand.nodes, outs, device, config_of(best.provider) if best else None))
+        except Exception as e:  # noqa: BLE001 - a lowering bug must not sink the model
+            fallbacks.append(f"{g.kernel_key(cand.nodes, outs)[:12]} build: {type(e).__name__}: {e}"[:300])
+            kernels.append(HostKernel(g, cand.nodes, outs, device))
+    precompile(kernels)  # in parallel, before the first run compiles them one by one
+    if measured is None and device.type == "cuda":
+        for k, (cand, kern) in enumerate(zip(plan.kernels, kernels)):
+            if isinstance(kern, TritonKernel):
+                reason = verify_on_device(g, kern, cand.nodes, device)
+                if reason is not None:
+                    fallbacks.append(f"{kern.key[:12]} {reason}")
+                    kernels[k] = HostKernel(g, cand.nodes, ordered_outputs(pos, cand), device)
+    for cand, kern, est in zip(plan.kernels, kernels, plan.costs):
         members = tuple(sorted(cand.nodes, key=pos.__getitem__))
         infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
-    precompile(kernels)  # in parallel, before the first run compiles them one by one
-    return cuda_executable(g, kernels, infos, device, options)
+    if fallbacks:
+        warnings.warn(f"kernorch: {len(fallbacks)} Triton kernel(s) run on the host instead: {fallbacks[0]}")
+    return cuda_executable(g, kernels, infos, device, options), fallbacks

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from kernorch.codegen.runner import TORCH_DTYPE
-from kernorch.codegen.triton_kernel import CudaLinearKernel, CudaOpaqueKernel, TritonKernel, cuda_device, precompile
+from kernorch.codegen.triton_kernel import (CudaLinearKernel, CudaOpaqueKernel, HostKernel, TritonKernel, cuda_device,
+                                            precompile)
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
@@ -198,6 +199,8 @@ def load_cuda(d: Path, g: Graph, meta: dict, device: str | torch.device | None =
             kernels.append(CudaLinearKernel(g, members, outputs, dev))
         elif prov == "reference":
             kernels.append(CudaOpaqueKernel(g, members, dev))
+        elif prov == "host":
+            kernels.append(HostKernel(g, members, outputs, dev))
         else:
             raise KernorchError(f"{d}: kernel provider {prov!r} cannot run on target cuda")
         infos.append(rec["info"])

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from kernorch.codegen.triton import why_not_triton
-from kernorch.codegen.triton_kernel import (CudaLinearKernel, TritonKernel, build_variants, device_name,
+from kernorch.codegen.triton_kernel import (CudaLinearKernel, HostKernel, TritonKernel, build_variants, device_name,
                                             precompile_async, wait)
 from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.ir import interp
@@ -117,6 +117,29 @@ def config_of(provider: str) -> TritonConfig | None:
     return None
 
 
+def reference(g: Graph, members, outputs, feeds: dict) -> dict:
+    """The interpreter's outputs of the prims ``members`` (size-1 constants that a generated
+    kernel folds in are fed from the graph)."""
+    sub = g.subgraph(set(members), list(outputs))
+    env = {v: feeds[v] if v in feeds else g.constants[v] for v in sub.inputs}
+    return interp.run(sub, env)
+
+
+def verify_on_device(g: Graph, kern, members, device: torch.device) -> str | None:
+    """None when ``kern`` matches the interpreter on random inputs, else why not."""
+    feeds = random_feeds(g, kern.inputs)
+    try:
+        ref = reference(g, members, kern.outputs, dict(zip(kern.inputs, feeds)))
+        outs = kern.run([torch.from_numpy(np.array(a)).to(device) for a in feeds])
+        for v, got in zip(kern.outputs, outs):
+            ok, detail = close(ref[v], got.cpu().numpy())
+            if not ok:
+                return f"output %{v}: {detail}"
+    except Exception as e:  # noqa: BLE001 - reported by the caller
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    return None
+
+
 class CudaMeasuredCost:
     """``cost(candidate) -> seconds | None`` on the GPU, backed by the tuning database (the same
     interface as orchestrate.measure.MeasuredCost)."""
@@ -197,7 +220,12 @@ class CudaMeasuredCost:
                 recs[name] = Record(name, None, "build_failed", f"{type(kern).__name__}: {kern}"[:300])
             else:
                 recs[name], ref = self._measure_kernel(name, kern, set(cand.nodes), ref)
-        if not any(r.ok for r in recs.values()):
+        if not any(r.ok for r in recs.values()) and len(cand.nodes) == 1 and self.device.type == "cuda":
+            # a single prim nothing here can run on the GPU: the reference runs it on the host,
+            # so that a plan still exists (the failure is reported)
+            host = HostKernel(self.g, cand.nodes, ordered_outputs(self._pos, cand), self.device)
+            recs["host"], ref = self._measure_kernel("host", host, set(cand.nodes), ref)
+        if not any(r.ok for r in recs.values()) or "host" in recs:
             self.stats.failed += 1
             self.stats.failures.append(f"{key[:12]} " + "; ".join(f"{r.provider} {r.status}: {r.detail}"
                                                                   for r in recs.values())[:400])
@@ -212,7 +240,7 @@ class CudaMeasuredCost:
         g = self.g
         feeds = random_feeds(g, kern.inputs)
         if ref is None:
-            ref = interp.run(g.subgraph(members, list(kern.outputs)), dict(zip(kern.inputs, feeds)))
+            ref = reference(g, members, kern.outputs, dict(zip(kern.inputs, feeds)))
         try:
             with tf32(self.options.allow_tf32):
                 ins = [torch.from_numpy(np.array(a)).to(self.device) for a in feeds]

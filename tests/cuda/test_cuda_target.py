@@ -113,3 +113,27 @@ def test_compile_workers_answer_every_job():
         assert len(errors) == 3 and all(e for e in errors)
     finally:
         workers.close()
+
+
+def test_a_kernel_that_cannot_be_built_runs_on_the_host(tmp_path, monkeypatch):
+    # a Triton kernel failing on some GPU must not sink the model: its prims run on the host, reported
+    from kernorch.runtime import cuda_compile
+
+    real, calls = cuda_compile.build_cuda, []
+
+    def flaky(g, members, outputs, device, config=None):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated Triton compile error")
+        return real(g, members, outputs, device, config)
+
+    monkeypatch.setattr(cuda_compile, "build_cuda", flaky)
+    with pytest.warns(UserWarning, match="run on the host"):
+        model = kernorch.compile(EXAMPLE, target="cuda", cost="model", db=tmp_path / "db.sqlite", progress=False)
+    assert [k.provider for k in model.kernels].count("host") == 1
+    assert model.report.failed == 1 and "simulated" in model.report.failures[0]
+    assert not model.executable.use_graph
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _close(model(x), _ort(EXAMPLE, x))
+    model.save(tmp_path / "saved")
+    _close(kernorch.load(tmp_path / "saved")(x), _ort(EXAMPLE, x))
