@@ -154,7 +154,9 @@ def _pattern(dag: Dag, unit: frozenset[int]) -> str:
     return "injective"
 
 
-def greedy_blocks(dag: Dag, units: Sequence[frozenset[int]], generatable: Legal, max_nodes: int) -> list[frozenset[int]]:
+def greedy_blocks(
+    dag: Dag, units: Sequence[frozenset[int]], generatable: Legal, max_nodes: int
+) -> list[frozenset[int]]:
     """Greedy fusion of per-operator units (module docstring). `units` must be in an executable
     (topological) order, as `operator_blocks` returns them after `order_blocks`."""
     kernels: list[set[int]] = []
@@ -203,7 +205,9 @@ def _pick_target(
     return None
 
 
-def _reaches_through_other(dag: Dag, g: int, feeders: set[int], kernels: list[set[int]], kernel_of: dict[int, int]) -> bool:
+def _reaches_through_other(
+    dag: Dag, g: int, feeders: set[int], kernels: list[set[int]], kernel_of: dict[int, int]
+) -> bool:
     """True if a path leaves kernel g through another kernel and reaches a feeder of the unit;
     merging would then close a cycle. Unplaced nodes (later units) cannot feed the unit."""
     start = {kernel_of[s] for n in kernels[g] for s in dag.succs[n] if s in kernel_of} - {g}

@@ -93,7 +93,8 @@ def check_plan(dag: Dag, plan: Plan) -> None:
         if not cand.outputs <= cand.nodes:
             raise PlanError(f"kernel {k} writes {sorted(cand.outputs - cand.nodes)}, which it does not compute")
         if cand.inputs != inputs_of(dag, cand.nodes):
-            raise PlanError(f"kernel {k} declares inputs {sorted(cand.inputs)}, reads {sorted(inputs_of(dag, cand.nodes))}")
+            reads = sorted(inputs_of(dag, cand.nodes))
+            raise PlanError(f"kernel {k} declares inputs {sorted(cand.inputs)}, reads {reads}")
         if not is_convex(dag, cand.nodes):
             raise PlanError(f"kernel {k} (nodes {sorted(cand.nodes)}) is not convex")
         for v in cand.inputs:

@@ -249,35 +249,32 @@ def solve(
     HiGHS 1.16 returned that solution labelled optimal next to a wrong, lower objective (found
     by test_optimal_equals_brute_force). Deadlocks are cut and re-solved (Note [multi-output
     deadlock])."""
-    t0 = time.perf_counter()
-    model = _Model(p)
-    costs = np.asarray(p.costs, dtype=float)
-    scale = _cost_scale(costs)
     run = {"highs": _run_highs, "scipy": _run_scipy}.get(backend)
     if run is None:
         raise ValueError(f"unknown solver backend {backend!r}; use 'highs' or 'scipy'")
-    rounds = cuts = 0
+    log = _Log(p, _Model(p), backend, start)
+    costs = np.asarray(p.costs, dtype=float)
+    scale = _cost_scale(costs)
     while True:
-        rounds += 1
-        left = max(0.01, time_limit_s - (time.perf_counter() - t0))
-        raw = run(model, costs * scale, left, mip_rel_gap)
+        log.rounds += 1
+        raw = run(log.model, costs * scale, max(0.01, time_limit_s - log.elapsed()), mip_rel_gap)
+        bound = raw.bound / scale
         if raw.x is None:
-            return _fallback(p, model, start, raw.status, raw.bound / scale, t0, rounds, cuts, backend)
-        chosen = [k for k in range(model.n_x) if raw.x[k] > 0.5]
+            return log.fallback(raw.status, bound)
+        chosen = [k for k in range(log.model.n_x) if raw.x[k] > 0.5]
         found = deadlock_cuts(p, chosen)
         if not found:
             ordered, _, _ = order_kernels(p, chosen)
             obj = float(costs[ordered].sum())
             if start is not None and sum(p.costs[k] for k in start) < obj:
-                status = f"{raw.status}, start is better"
-                return _fallback(p, model, start, status, raw.bound / scale, t0, rounds, cuts, backend, raw.optimal)
-            return Solution(tuple(ordered), _report(backend, raw.status, raw.optimal, obj, raw.bound / scale, t0, rounds, cuts, model))
-        if rounds >= max_rounds or time.perf_counter() - t0 > time_limit_s:
-            return _fallback(p, model, start, "deadlock cuts exhausted", raw.bound / scale, t0, rounds, cuts, backend)
+                return log.fallback(f"{raw.status}, start is better", bound, raw.optimal)
+            return Solution(tuple(ordered), log.report(raw.status, raw.optimal, obj, bound))
+        if log.rounds >= max_rounds or log.elapsed() > time_limit_s:
+            return log.fallback("deadlock cuts exhausted", bound)
         for lacking, entry in found:
             for v in lacking:
-                model.add_row([model.y_of[v], *entry], [1.0] + [-1.0] * len(entry), -math.inf, 0.0)
-                cuts += 1
+                log.model.add_row([log.model.y_of[v], *entry], [1.0] + [-1.0] * len(entry), -math.inf, 0.0)
+                log.cuts += 1
 
 
 def _cost_scale(costs: np.ndarray) -> float:
@@ -287,35 +284,36 @@ def _cost_scale(costs: np.ndarray) -> float:
     return 1.0 / float(pos.min()) if pos.size else 1.0
 
 
-def _fallback(
-    p: Problem,
-    model: _Model,
-    start: Sequence[int] | None,
-    status: str,
-    bound: float,
-    t0: float,
-    rounds: int,
-    cuts: int,
-    backend: str,
-    optimal: bool = False,
-) -> Solution:
-    """`start` as the answer: optimal only when the solver proved its own answer optimal (within
-    the gap) and `start` is no worse."""
-    if start is None:
-        raise SolverError(f"no executable solution found ({status}) and no start solution given")
-    ordered, stuck, _ = order_kernels(p, start)
-    if stuck:
-        raise SolverError(f"start solution is not executable: kernels {stuck} never become ready")
-    obj = float(sum(p.costs[k] for k in ordered))
-    return Solution(tuple(ordered), _report(backend, f"fallback to start ({status})", optimal, obj, bound, t0, rounds, cuts, model))
+class _Log:
+    """What one `solve` call has done so far, turned into its report."""
 
+    def __init__(self, p: Problem, model: _Model, backend: str, start: Sequence[int] | None) -> None:
+        self.p, self.model, self.backend, self.start = p, model, backend, start
+        self.t0 = time.perf_counter()
+        self.rounds = 0
+        self.cuts = 0
 
-def _report(
-    backend: str, status: str, optimal: bool, obj: float, bound: float, t0: float, rounds: int, cuts: int, m: _Model
-) -> SolveReport:
-    bound = min(bound, obj) if math.isfinite(bound) else bound
-    gap = 0.0 if optimal else (abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf)
-    return SolveReport(backend, status, optimal, obj, bound, gap, time.perf_counter() - t0, rounds, cuts, m.n_cols, len(m.lo))
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def report(self, status: str, optimal: bool, obj: float, bound: float) -> SolveReport:
+        bound = min(bound, obj) if math.isfinite(bound) else bound
+        gap = abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf
+        m = self.model
+        return SolveReport(
+            self.backend, status, optimal, obj, bound, gap, self.elapsed(), self.rounds, self.cuts, m.n_cols, len(m.lo)
+        )
+
+    def fallback(self, status: str, bound: float, optimal: bool = False) -> Solution:
+        """`start` as the answer: optimal only when the solver proved its own answer optimal
+        (within the gap) and `start` is no worse."""
+        if self.start is None:
+            raise SolverError(f"no executable solution found ({status}) and no start solution given")
+        ordered, stuck, _ = order_kernels(self.p, self.start)
+        if stuck:
+            raise SolverError(f"start solution is not executable: kernels {stuck} never become ready")
+        obj = float(sum(self.p.costs[k] for k in ordered))
+        return Solution(tuple(ordered), self.report(f"fallback to start ({status})", optimal, obj, bound))
 
 
 def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) -> _Raw:
@@ -362,8 +360,8 @@ def _run_scipy(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) ->
         constraints=[LinearConstraint(a, np.array(m.lo), np.array(m.hi))] if m.lo else [],
         options={"time_limit": float(time_limit_s), "mip_rel_gap": float(gap), "disp": False},
     )
-    bound = getattr(res, "mip_dual_bound", math.nan)
-    return _Raw(res.message, res.status == 0, res.x if res.x is not None else None, float(bound if bound is not None else math.nan))
+    bound = getattr(res, "mip_dual_bound", None)
+    return _Raw(res.message, res.status == 0, res.x, float(math.nan if bound is None else bound))
 
 
 def _quiet_highs(highspy):

@@ -5,6 +5,7 @@ All of them price kernels with the same memoized cost, so their plans compare fa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Hashable, Sequence
@@ -128,6 +129,8 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
                 start=_segment_start(dag, seg, cands, prices, baselines),
             )
             reports.append(sol.report)
+        else:
+            reports.append(dataclasses.replace(sol.report, time_s=0.0, rounds=0, cuts=0))
         kernels.extend(cands[k] for k in sol.chosen)
         costs.extend(prices[k] for k in sol.chosen)
     t_solve = time.perf_counter() - t
@@ -235,13 +238,15 @@ def _segment_start(
 
 
 def _merge_reports(reports: Sequence[SolveReport]) -> SolveReport:
+    """One report for the whole dag: sums over segments (a reused segment adds its objective and
+    bound again, but no time)."""
     if not reports:
         return SolveReport("none", "empty dag", True, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
     obj = sum(r.objective for r in reports)
     bound = sum(r.bound for r in reports)
     optimal = all(r.optimal for r in reports)
     statuses = sorted({r.status for r in reports})
-    gap = 0.0 if optimal else (abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf)
+    gap = abs(obj - bound) / max(abs(obj), 1e-300) if math.isfinite(bound) else math.inf
     return SolveReport(
         backend=reports[0].backend,
         status="; ".join(statuses),
