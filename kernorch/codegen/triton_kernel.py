@@ -13,7 +13,6 @@ import hashlib
 import importlib.util
 import os
 import sys
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -210,7 +209,8 @@ class HostKernel(DeviceKernel):
 
         self.sub = g.subgraph(set(members), list(outputs))
         super().__init__(self.sub.inputs, outputs, [g.types[v] for v in self.sub.inputs],
-                         [g.types[v] for v in outputs], "reference interpreter", g.kernel_key(set(members), list(outputs)))
+                         [g.types[v] for v in outputs], "reference interpreter",
+                         g.kernel_key(set(members), list(outputs)))
         self.device, self._interp = device, interp
 
     def _run(self, ins, outs) -> None:

@@ -10,8 +10,9 @@ Each group of the schedule is one Triton program launched over ceil(P / BO) prog
 owns BO consecutive outer indices (tile axis 0). A stage's inner loops are flattened: an
 elementwise stage's into one lane variable r (axis 2), a reduce stage's into kept (k, axis 1) and
 reduced (r, axis 2) lane variables, so every value is a rank-3 tile [BO, BK, BR] (size-1 axes
-broadcast; printed as [BO, BR] when no stage of the group keeps a lane, the usual case). Lane variables of equal extent are shared by the stages of a group, so when two
-stages read the same element their index expressions coincide. A group is *persistent* when every
+broadcast; printed as [BO, BR] when no stage of the group keeps a lane, the usual case). Lane
+variables of equal extent are shared by the stages of a group, so when two stages read the same
+element their index expressions coincide. A group is *persistent* when every
 stage's tile fits in ``config.block`` elements: then everything runs straight-line, each value
 computed once stays in registers, and a later stage that reads it at the same position reuses it
 (a row kept in registers across softmax / norm stages). Otherwise each stage loops over chunks
@@ -324,7 +325,8 @@ class _Lowerer:
                 k_lane = self._lane(p.K, 1, self._bk(p))
             if p.R > 1:
                 r_lane = self._lane(p.R, 2, self._br(p))
-        mapping = {**(self._flatten(p.kept, k_lane) if k_lane else {}), **(self._flatten(p.red, r_lane) if r_lane else {})}
+        mapping = {**(self._flatten(p.kept, k_lane) if k_lane else {}),
+                   **(self._flatten(p.red, r_lane) if r_lane else {})}
         natural = tuple(self.vs.subst(e, mapping) for e in p.it.natural)
         looped = not self.persistent and (k_lane is not None or r_lane is not None)
         body = Body(self.names) if looped else self.top
@@ -368,7 +370,8 @@ class _Lowerer:
             inner: tuple = (*body.lets, Fold(acc, op, val, dtype, lanes))
             if r_lane is not None:
                 inner = (TLoop(r_lane, inner),)
-            red = [Fill(acc, dtype, identity(op, dtype), lanes), *inner, Reduce(res, op, acc, dtype, lanes, False), *stored]
+            red = [Fill(acc, dtype, identity(op, dtype), lanes), *inner,
+                   Reduce(res, op, acc, dtype, lanes, False), *stored]
             out += [TLoop(k_lane, tuple(red))] if k_lane is not None else red
         if p.K == 1:
             self.regs[st.value] = (res, red_off)

@@ -12,7 +12,6 @@ whose source is re-emitted at load for the device at hand; nothing is re-tuned.
 
 from __future__ import annotations
 
-import pickle
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -206,8 +205,3 @@ def load_cuda(d: Path, g: Graph, meta: dict, device: str | torch.device | None =
         infos.append(rec["info"])
     precompile(kernels)
     return CompiledModel(cuda_executable(g, kernels, infos, dev, options), meta.get("report"), g)
-
-
-def dump(obj, path: Path) -> None:
-    with open(path, "wb") as f:
-        pickle.dump(obj, f, protocol=5)

@@ -64,8 +64,8 @@ def test_looped_tiles_match_interpreter(name):
     compare(kern, g, outputs, cg.feeds(g, seed=3))
 
 
-@pytest.mark.parametrize("name,block", [("softmax_middle", 64), ("softmax_middle", 4096), ("column_stats_then_rows", 64),
-                                        ("reduce_middle_max", 4096)])
+@pytest.mark.parametrize("name,block", [("softmax_middle", 64), ("softmax_middle", 4096),
+                                        ("column_stats_then_rows", 64), ("reduce_middle_max", 4096)])
 def test_kept_lane_reductions_match_interpreter(name, block, monkeypatch):
     # Planned for few threads, a middle-axis reduction shares its group with the elementwise
     # stages: several results per o (a kept lane, axis 1), written to scratch and read back.
