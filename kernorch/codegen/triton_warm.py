@@ -20,10 +20,8 @@ from pathlib import Path
 
 class Workers:
     def __init__(self, n: int) -> None:
-        import kernorch
-
         env = dict(os.environ)
-        root = str(Path(kernorch.__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])  # the directory holding the kernorch package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.pop("TRITON_INTERPRET", None)
         self.procs = [subprocess.Popen([sys.executable, "-m", "kernorch.codegen.triton_warm"], env=env, text=True,
