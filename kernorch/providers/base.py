@@ -40,6 +40,9 @@ class BuiltKernel:
     run: Callable[[list[torch.Tensor]], list[torch.Tensor]] = field(repr=False)
     baked: frozenset[ValueId] = frozenset()
     detail: str = ""  # what the provider chose (e.g. "conv+relu fused, channels_last")
+    # Optional: write the results into preallocated contiguous ``outputs`` (no copy through a
+    # temporary); the runtime uses it when present.
+    run_into: Callable[[list[torch.Tensor], list[torch.Tensor]], None] | None = field(default=None, repr=False)
 
 
 class Provider:

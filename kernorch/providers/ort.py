@@ -48,7 +48,8 @@ class OrtProvider(Provider):
         if not self.spin:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(k.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return BuiltKernel(self.name, k.inputs, k.outputs, _runner(sess, k), k.baked, _views_detail(k))
+        return BuiltKernel(self.name, k.inputs, k.outputs, _runner(sess, k), k.baked, _views_detail(k),
+                           run_into=_binder(sess, k))
 
 
 def _runner(sess, k: OnnxKernel):
@@ -60,6 +61,24 @@ def _runner(sess, k: OnnxKernel):
         return [torch.from_numpy(np.ascontiguousarray(r)) for r in res]
 
     return run
+
+
+def _binder(sess, k: OnnxKernel):
+    """Run with IOBinding straight from and into the runtime's tensors (no output copies)."""
+    feeds = [(i, name) for i, name in enumerate(k.feeds) if name is not None]
+    names = list(k.output_names)
+
+    def run_into(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        b = sess.io_binding()
+        for i, name in feeds:
+            a = inputs[i].numpy()
+            b.bind_input(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        for name, t in zip(names, outputs):
+            a = t.numpy()
+            b.bind_output(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+        sess.run_with_iobinding(b)
+
+    return run_into
 
 
 def _views_detail(k: OnnxKernel) -> str:

@@ -47,6 +47,8 @@ class ProviderKernel:
         self.provider = built.provider
         self.inputs = tuple(built.inputs)
         self.outputs = tuple(built.outputs)
+        if built.run_into is not None:
+            self._run = built.run_into
 
     def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         for o, r in zip(outs, self.built.run(ins)):
