@@ -28,7 +28,7 @@ def gated(cost, can_generate):
     return lambda c: cost(c) if can_generate(c) else None
 
 
-@profile(40)
+@profile(100)
 @given(small_dags(max_nodes=10), st.integers(0, 10**6), st.booleans(), st.booleans())
 def test_optimal_equals_brute_force(dag, seed, multi, picky):
     cost = random_cost(seed)
@@ -109,4 +109,5 @@ def test_identical_layers_are_priced_and_solved_once():
     assert plan.stats["distinct_keys"] < plan.stats["candidates"] / 2
     assert plan.stats["distinct_segments"] < plan.stats["segments"]
     again = orchestrate(dag, "optimal", roofline)  # no key: every candidate priced on its own
+    check_plan(dag, again)
     assert again.cost == pytest.approx(plan.cost)
