@@ -25,7 +25,8 @@ ALLOWED = {
     "runtime": BELOW_RUNTIME,
     "errors": set(),
     "__main__": {"cli"},
-    "cli": BELOW_RUNTIME | {"runtime", "__init__"},
+    "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_run"},
+    "cli_run": BELOW_RUNTIME | {"runtime", "__init__", "cli"},   # the compile / run subcommands
     "__init__": BELOW_RUNTIME | {"runtime"},
 }
 SOLVER = "kernorch.orchestrate.solver"
