@@ -69,3 +69,48 @@ def test_wrong_input_shape_names_the_input(tmp_path):
     model = kernorch.compile(EXAMPLE, cost="model", db=tmp_path / "db.sqlite", progress=False)
     with pytest.raises(kernorch.KernorchError, match="input 'input' has shape"):
         model(np.zeros((1, 3, 8, 8), np.float32))
+
+
+TUNER = """
+import sys
+import kernorch
+kernorch.compile(sys.argv[1], db=sys.argv[2], progress=False)
+"""
+
+
+def test_sigkill_during_tuning_leaves_a_usable_database(tmp_path):
+    """A tuning run killed midway keeps what it measured; the next run reuses it and finishes."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen([sys.executable, "-c", TUNER, str(EXAMPLE), str(db)])
+    deadline = time.time() + 120
+    rows = 0
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if db.exists():
+            try:
+                with sqlite3.connect(db, timeout=1) as c:
+                    rows = c.execute("SELECT COUNT(*) FROM costs").fetchone()[0]
+            except sqlite3.Error:
+                rows = 0
+            if rows >= 20:
+                break
+    if proc.poll() is not None:
+        pytest.skip("the tuning run finished before it could be killed")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        kept = c.execute("SELECT COUNT(DISTINCT key) FROM costs").fetchone()[0]
+    assert kept >= 1
+    model = kernorch.compile(EXAMPLE, db=db, progress=False)
+    assert model.report.cached >= 1          # what the killed run measured is reused
+    feeds = _feeds(3)
+    (want,) = _ort(EXAMPLE, feeds)
+    _close(model(feeds["input"]), want)
