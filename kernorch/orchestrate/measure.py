@@ -24,6 +24,7 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
+from kernorch.providers.base import reference_for
 from kernorch.providers.select import reason_or_none
 
 CODEGEN_VERSION = "c2"
@@ -61,11 +62,16 @@ def random_feeds(g: Graph, inputs: Sequence[int], seed: int = 0) -> list[np.ndar
     return out
 
 
-def verify(g: Graph, kernel, members: set[int], seed: int = 0) -> tuple[bool, str]:
-    """Run ``kernel`` and the interpreter on the same random inputs; compare every output."""
-    feeds = random_feeds(g, kernel.inputs, seed)
-    outs = kernel.run(feeds)
-    ref = interp.run(g.subgraph(members, list(kernel.outputs)), dict(zip(kernel.inputs, feeds)))
+def verify(g: Graph, kernel, members: set[int], reference: tuple[dict, dict] | None = None) -> tuple[bool, str]:
+    """Run ``kernel`` and the interpreter on the same random inputs; compare every output.
+    ``reference`` = (feeds by value id, interpreter outputs), shared with the other providers."""
+    if reference is None:
+        reference = reference_for(g, g.subgraph(members, list(kernel.outputs)))
+    feeds, ref = reference
+    extra = [v for v in kernel.inputs if v not in feeds]
+    if extra:
+        feeds = {**feeds, **dict(zip(extra, random_feeds(g, extra)))}
+    outs = kernel.run([feeds[v] for v in kernel.inputs])
     for v, got in zip(kernel.outputs, outs):
         ok, detail = close(ref[v], got.numpy())
         if not ok:
@@ -213,22 +219,29 @@ class MeasuredCost:
         the candidate; store one record per provider."""
         t0 = time.perf_counter()
         recs: dict[str, Record] = {}
+        outs = ordered_outputs(self._pos, cand)
+        try:
+            reference = reference_for(self.g, self.g.subgraph(cand.nodes, outs))
+        except Exception as e:  # noqa: BLE001 - the oracle itself failed: nothing can be verified
+            reference = None
+            kern = kern if kern is None else RuntimeError(f"reference interpreter failed: {e}")
         if isinstance(kern, Exception):
             detail = str(kern).splitlines()[0][:300] if str(kern) else type(kern).__name__
             recs["codegen"] = Record("codegen", None, "build_failed", detail)
         elif kern is not None:
             name = codegen_provider(kern)
             try:
-                ok, detail = verify(self.g, kern, set(cand.nodes))
+                ok, detail = verify(self.g, kern, set(cand.nodes), reference)
                 if ok:
-                    recs[name] = Record(name, time_kernel(kern, random_feeds(self.g, kern.inputs), self.timer), "ok")
+                    feeds = [reference[0][v] if v in reference[0] else random_feeds(self.g, [v])[0]
+                             for v in kern.inputs]
+                    recs[name] = Record(name, time_kernel(kern, feeds, self.timer), "ok")
                 else:
                     recs[name] = Record(name, None, "verify_failed", detail)
             except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
                 recs[name] = Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
-        if self._external(cand):
-            _, _, records = best_provider(self.g, cand.nodes, ordered_outputs(self._pos, cand), self.providers,
-                                          self.timer)
+        if self._external(cand) and reference is not None:
+            _, _, records = best_provider(self.g, cand.nodes, outs, self.providers, self.timer, reference=reference)
             for r in records:
                 if r.status in ("unavailable", "unsupported"):
                     continue

@@ -105,6 +105,12 @@ def random_inputs(g: Graph, sub: Graph, seed: int = 0) -> dict[ValueId, np.ndarr
     return feeds
 
 
+def reference_for(g: Graph, sub: Graph, seed: int = 0) -> tuple[dict, dict]:
+    """(random feeds, the interpreter's outputs on them) for the candidate ``sub``."""
+    feeds = random_inputs(g, sub, seed)
+    return feeds, interp.run(sub, feeds)
+
+
 def tolerance(dtype: str, ref_max: float) -> float:
     """1e-4 relative to the largest reference magnitude (at least 1); 1e-2 for half precision."""
     rel = 1e-2 if dtype in ("float16", "bfloat16") else 1e-4
@@ -130,17 +136,17 @@ def compare(got: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
 
 
 def verify(built: BuiltKernel, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId],
-           seed: int = 0) -> tuple[bool, float, str]:
+           seed: int = 0, reference: tuple[dict, dict] | None = None) -> tuple[bool, float, str]:
     """Run ``built`` on random inputs and compare with the interpreter on the same subgraph.
-    Returns (ok, max abs error, detail); never raises."""
+    ``reference`` = (feeds, interpreter outputs) computed once per candidate and shared by every
+    provider (``reference_for``). Returns (ok, max abs error, detail); never raises."""
     try:
         sub = g.subgraph(members, outputs)
         if list(built.inputs) != list(sub.inputs):
             return False, math.inf, f"inputs {built.inputs} differ from the subgraph's {sub.inputs}"
         if list(built.outputs) != list(sub.outputs):
             return False, math.inf, f"outputs {built.outputs} differ from {sub.outputs}"
-        feeds = random_inputs(g, sub, seed)
-        ref = interp.run(sub, feeds)
+        feeds, ref = reference if reference is not None else reference_for(g, sub, seed)
         got = built.run([torch.from_numpy(feeds[v]) for v in built.inputs])
     except Exception as e:  # noqa: BLE001 -- a failing provider is a result, not a crash
         return False, math.inf, f"run failed: {type(e).__name__}: {_one_line(e)}"

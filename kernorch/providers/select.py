@@ -62,12 +62,12 @@ class MedianTimer:
 
 
 def best_provider(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], providers: Sequence[Provider],
-                  timer: Timer | None = None, seed: int = 0) -> tuple[str | None, float, list[ProviderRecord]]:
+                  timer: Timer | None = None, seed: int = 0, reference: tuple[dict, dict] | None = None) -> tuple[str | None, float, list[ProviderRecord]]:
     """(name of the fastest correct provider or None, its seconds or inf, one record per provider)."""
     members = list(members)
     outputs = list(outputs)
     timer = timer or MedianTimer()
-    records = [_try(p, g, members, outputs, timer, seed) for p in providers]
+    records = [_try(p, g, members, outputs, timer, seed, reference) for p in providers]
     ok = [r for r in records if r.status == "ok"]
     if not ok:
         return None, math.inf, records
@@ -75,7 +75,8 @@ def best_provider(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueI
     return best.provider, best.seconds, records
 
 
-def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int) -> ProviderRecord:
+def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int,
+         reference: tuple[dict, dict] | None = None) -> ProviderRecord:
     name = getattr(p, "name", type(p).__name__)
     try:
         if not p.available():
@@ -89,13 +90,13 @@ def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int) -> Pr
         built = p.build(g, members, outputs)
     except Exception as e:  # noqa: BLE001
         return ProviderRecord(name, "build_failed", reason=f"{type(e).__name__}: {_one_line(e)}")
-    ok, err, detail = verify(built, g, members, outputs, seed)
+    ok, err, detail = verify(built, g, members, outputs, seed, reference)
     if not ok:
         status = "run_failed" if detail.startswith("run failed") else "wrong"
         return ProviderRecord(name, status, max_err=err, reason=detail, built=built)
     try:
         sub = g.subgraph(members, outputs)
-        feeds = random_inputs(g, sub, seed + 1)
+        feeds = reference[0] if reference is not None else random_inputs(g, sub, seed + 1)
         args = [torch.from_numpy(feeds[v]) for v in built.inputs]
         seconds = float(timer(lambda: built.run(args), name))
     except Exception as e:  # noqa: BLE001
