@@ -35,6 +35,13 @@ REDUCE_OP = {Op.SUM: "sum", Op.PROD: "prod", Op.RMAX: "max", Op.RMIN: "min"}
 BOOL_REDUCE = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
 
 
+def accumulator_dtype(op: str, dtype: str) -> str:
+    """float32 sums accumulate in double: a row of thousands of values summed in float32 drifts
+    past the verification tolerance (the interpreter sums pairwise), and these loops are memory-
+    bound, so the wider accumulator is nearly free."""
+    return "float64" if op == "sum" and dtype == "float32" else dtype
+
+
 def identity(op: str, dtype: str):
     if op == "sum":
         return 0
@@ -191,9 +198,10 @@ class _Lowerer:
             op = self._reduce_op(st)
             val = nest.body.cast(inl.value(p.inputs[0], it.natural), dtype)
             acc = self.local[st.value][0] if st.value in self.local else f"a{next(self.names)}"
-            nest.decls.append(Decl(acc, dtype, 1, identity(op, dtype)))
-            nest.tail.append(Accum(acc, None, op, val, dtype))
-            nest.reductions.append((acc, op, dtype))
+            adt = accumulator_dtype(op, dtype)
+            nest.decls.append(Decl(acc, adt, 1, identity(op, adt)))
+            nest.tail.append(Accum(acc, None, op, val, adt))
+            nest.reductions.append((acc, op, adt))
             nest.reduces.add(st.value)
             if st.value in self.buf:
                 off = self._flat(st.value, self._reduced_index(st, it.natural))
@@ -329,9 +337,10 @@ class _Lowerer:
         var, extent, dim = loops[-1]
         if dim in st.axes:
             part = f"a{next(self.names)}"
-            loop = Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(part, None, op, val, dtype)),
-                        simd=True, reductions=((part, op, dtype),))
-            inner: tuple = (Decl(part, dtype, 1, identity(op, dtype)), loop, Accum(acc, off, op, part, dtype))
+            adt = accumulator_dtype(op, dtype)
+            loop = Loop(var, ix.const(0), ix.const(extent), (*body.lets, Accum(part, None, op, val, adt)),
+                        simd=True, reductions=((part, op, adt),))
+            inner: tuple = (Decl(part, adt, 1, identity(op, adt)), loop, Accum(acc, off, op, part, dtype))
         else:
             update = (*body.lets, Accum(acc, off, op, val, dtype))
             inner = (Loop(var, ix.const(0), ix.const(extent), update, simd=True),)

@@ -27,7 +27,7 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.base import reference_for
 from kernorch.providers.select import reason_or_none
 
-CODEGEN_VERSION = "c2"
+CODEGEN_VERSION = "c3"
 TOLERANCE = 1e-4  # max abs error allowed, relative to max(1, max |reference|)
 
 
