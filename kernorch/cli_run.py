@@ -20,6 +20,8 @@ def add_commands(sub, add_model_args) -> None:
                                    "the tuning database, so compiling the same model again measures nothing.")
     add_model_args(q)
     q.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the compiled model")
+    q.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: C/OpenMP + providers (default); cuda: Triton + cuBLAS/cuDNN, replayed as a CUDA graph")
     q.add_argument("--strategy", choices=STRATEGIES, default="optimal", help="kernel orchestration (default optimal)")
     q.add_argument("--cost", choices=("measured", "model"), default="measured",
                    help="measured: build and time candidates (default); model: roofline estimate, fast")
@@ -47,7 +49,7 @@ def cmd_compile(args) -> int:
     if args.rewrites is not None:
         kw["rewrites"] = tuple(r for r in args.rewrites.split(",") if r)
     t0 = time.perf_counter()
-    model = kernorch.compile(args.model, strategy=args.strategy, cost=args.cost, db=args.db,
+    model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=parse_input_shapes(args.input_shape) or None, threads=args.threads,
                              progress=not args.quiet, **kw)
     out = model.save(args.output)
