@@ -182,15 +182,19 @@ class MeasuredCost:
         total = len(items)
         done = 0
         batches = [items[i:i + self.batch] for i in range(0, total, self.batch)]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(self._build_batch, b) for b in batches]
-            for b, fut in zip(batches, futures):
-                kernels = fut.result()
-                for (k, cand), kern in zip(b, kernels):
-                    self._measure_one(k, cand, kern)
-                    done += 1
-                    if self.progress:
-                        self.progress(done, total)
+        # Build a few batches in parallel (the compiler is a subprocess), then time them serially:
+        # compiling never overlaps timing, which would steal a core from the kernel being timed.
+        workers = 2
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for start in range(0, len(batches), 2 * workers):
+                chunk = batches[start:start + 2 * workers]
+                built = list(pool.map(self._build_batch, chunk))
+                for b, kernels in zip(chunk, built):
+                    for (k, cand), kern in zip(b, kernels):
+                        self._measure_one(k, cand, kern)
+                        done += 1
+                        if self.progress:
+                            self.progress(done, total)
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]
