@@ -144,6 +144,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
         sets=estats.sets,
         truncated_segments=estats.truncated_segments,
         candidates=n_cands,
+        single_output=sum(1 for w in work for c in w[1] if len(c.outputs) == 1),
         enumerate_s=t_enum,
         solve_s=t_solve,
         **{f"rejected: {k}": float(v) for k, v in sorted(estats.rejected.items())},
