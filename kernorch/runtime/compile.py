@@ -18,7 +18,7 @@ from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
+from kernorch.orchestrate.measure import DEFAULT_PROVIDERS, MeasuredCost, external_providers, ordered_outputs
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
@@ -91,7 +91,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             cost: str = "measured", db: str | os.PathLike | TuningDB | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
-            dynamo: bool = False, cuda_options: Any = None) -> CompiledModel:
+            dynamo: bool = False, cuda_options: Any = None,
+            providers: Sequence[str] | None = DEFAULT_PROVIDERS) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
     if strategy not in STRATEGIES:
@@ -128,7 +129,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     own_db = db is None or not isinstance(db, TuningDB)
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
-        measured = MeasuredCost(g, tdb, threads=threads)
+        ext = external_providers(threads, providers)
+        measured = MeasuredCost(g, tdb, threads=threads, providers=ext)
         if cost == "model":
             plan = orchestrate(dag, strategy, roofline.bind(dag), measured.can_generate, key_fn, knobs)
         else:
@@ -153,7 +155,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     rep.seconds["orchestrate"] = time.perf_counter() - t2
     rep.plan_summary = plan.summary()
     t3 = time.perf_counter()
-    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None)
+    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None, ext)
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
     return CompiledModel(compiled, rep, g)
