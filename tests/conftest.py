@@ -10,3 +10,19 @@ _HERE = Path(__file__).resolve().parent
 for _d in sorted(p for p in _HERE.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
     if str(_d) not in sys.path:
         sys.path.append(str(_d))
+
+# Triton decides at import whether it interprets (its language functions are wrapped once). Without a
+# GPU, tests/cuda run Triton kernels through the interpreter; any earlier import of triton (torch's
+# dynamo exporter imports it) must already see TRITON_INTERPRET=1, or those kernels fail with
+# "Cannot call @triton.jit'd outside of the scope of a kernel". So set it for the whole session here.
+import os as _os  # noqa: E402
+
+if _os.environ.get("KERNORCH_CUDA_TESTS") != "gpu":
+    try:
+        import torch as _torch
+
+        _gpu = _torch.cuda.is_available()
+    except ImportError:
+        _gpu = False
+    if not _gpu or _os.environ.get("KERNORCH_CUDA_TESTS") == "interpret":
+        _os.environ.setdefault("TRITON_INTERPRET", "1")

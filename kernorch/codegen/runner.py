@@ -29,7 +29,7 @@ TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": to
 def as_tensor(x, t: TensorType, what: str) -> torch.Tensor:
     """A contiguous tensor of type ``t`` (NumPy arrays are wrapped without copying when possible)."""
     if isinstance(x, np.ndarray):
-        x = torch.from_numpy(np.ascontiguousarray(x))
+        x = torch.from_numpy(x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C"))
     elif not isinstance(x, torch.Tensor):
         x = torch.as_tensor(x)
     if tuple(x.shape) != t.shape or x.dtype != TORCH_DTYPE[t.dtype]:

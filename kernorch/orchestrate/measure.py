@@ -56,7 +56,7 @@ def random_feeds(g: Graph, inputs: Sequence[int], seed: int = 0) -> list[np.ndar
     out = []
     for v in inputs:
         if v in g.constants:
-            out.append(np.ascontiguousarray(g.constants[v]))
+            out.append(np.array(g.constants[v], order="C"))  # keeps rank 0 (ascontiguousarray makes it 1-d)
             continue
         t = g.types[v]
         if t.dtype == "bool":
@@ -100,7 +100,7 @@ def close(want: np.ndarray, got: np.ndarray) -> tuple[bool, str]:
 
 def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> float:
     """Median seconds of ``kernel._run`` on preallocated outputs (warm-up first)."""
-    ins = [torch.from_numpy(np.ascontiguousarray(a)) for a in feeds]
+    ins = [torch.from_numpy(np.array(a, order="C")) for a in feeds]
     outs = kernel.run(ins)
     timer = timer or MedianTimer()
     return float(timer(lambda: kernel._run(ins, outs), getattr(kernel, "provider", "c")))

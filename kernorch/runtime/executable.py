@@ -34,7 +34,8 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": t
 def to_tensor(a: Any) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a.contiguous()
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)
+    a = a if a.flags.c_contiguous else np.array(a, order="C")  # (ascontiguousarray makes rank 0 1-d)
     return torch.from_numpy(a if a.flags.writeable else a.copy())
 
 

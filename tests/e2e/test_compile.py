@@ -114,3 +114,23 @@ def test_sigkill_during_tuning_leaves_a_usable_database(tmp_path):
     feeds = _feeds(3)
     (want,) = _ort(EXAMPLE, feeds)
     _close(model(feeds["input"]), want)
+
+
+def test_rank0_constants_keep_their_rank_when_measured():
+    """A linear kernel with a scalar bias is verified and timed on feeds of the declared shapes."""
+    from kernorch import codegen
+    from kernorch.ir.graph import Builder
+    from kernorch.ir.prims import Op
+    from kernorch.orchestrate.measure import random_feeds, time_kernel, verify
+
+    b = Builder()
+    x = b.input((4, 8))
+    w = b.constant(np.ones((8, 8), np.float32))
+    y = b.binary(Op.ADD, b.matmul(x, w), b.constant(np.array(0.5, np.float32)))
+    b.g.outputs = [y]
+    members = {p.output for p in b.g.prims}
+    k = codegen.build_kernel(b.g, members, [y])
+    feeds = random_feeds(b.g, k.inputs)
+    assert [f.shape for f in feeds] == [b.g.types[v].shape for v in k.inputs]
+    assert verify(b.g, k, members)[0]
+    assert time_kernel(k, feeds) > 0
