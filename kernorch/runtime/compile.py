@@ -131,24 +131,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     try:
         ext = external_providers(threads, providers)
         measured = MeasuredCost(g, tdb, threads=threads, providers=ext)
-        if cost == "model":
-            plan = orchestrate(dag, strategy, roofline.bind(dag), measured.can_generate, key_fn, knobs)
-        else:
-            seen: list[Candidate] = []
-            rough = roofline.bind(dag)
-
-            def record(c: Candidate) -> float | None:
-                seen.append(c)
-                return rough(c)
-
-            orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs)  # pass 1: which kernels matter
-            rep.candidates = len(seen)
-            with _progress_bar(progress, f"tuning {len(seen)} kernels") as update:
-                measured.progress = update
-                measured.prefetch(seen)
-            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs)
-            rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
-            rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+        plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress, "")
     finally:
         if own_db:
             tdb.close()
@@ -159,6 +142,30 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
     return CompiledModel(compiled, rep, g)
+
+
+def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: Knobs, rep: CompileReport,
+                 progress: bool, where: str) -> Plan:
+    """Orchestrate on modelled costs, or in two passes on measured ones: the first (roofline)
+    pass records which candidates the strategy prices, they are measured in batches, then the
+    strategy runs again on the measured costs. Shared by every target."""
+    if cost == "model":
+        return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
+    seen: list[Candidate] = []
+
+    def record(c: Candidate) -> float | None:
+        seen.append(c)
+        return rough(c)
+
+    orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs)  # pass 1: which kernels matter
+    rep.candidates = len(seen)
+    with _progress_bar(progress, f"tuning {len(seen)} kernels{where}") as update:
+        measured.progress = update
+        measured.prefetch(seen)
+    plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs)
+    rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
+    rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+    return plan
 
 
 _ROOFLINE: RooflineCost | None = None

@@ -20,7 +20,6 @@ from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import ordered_outputs
 from kernorch.orchestrate.plan import Plan
-from kernorch.orchestrate.strategies import orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import apply_rewrites
 from kernorch.runtime.cuda_exec import cuda_executable
@@ -52,7 +51,7 @@ def gpu_roofline(device: torch.device) -> RooflineCost:
 def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, db, input_shapes, rewrites,
                  knobs: Knobs | None, progress: bool, dynamo: bool, options: CudaOptions | None):
     """See runtime.compile.compile; ``options`` are the CUDA target's (CudaOptions)."""
-    from kernorch.runtime.compile import CompileReport, _progress_bar, load_graph
+    from kernorch.runtime.compile import CompileReport, load_graph, plan_kernels
     from kernorch.runtime.model import CompiledModel
 
     options = options or CudaOptions()
@@ -82,23 +81,7 @@ def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, d
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
         measured = CudaMeasuredCost(g, tdb, device, options)
-        if cost == "model":
-            plan = orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
-        else:
-            seen: list[Candidate] = []
-
-            def record(c: Candidate) -> float | None:
-                seen.append(c)
-                return rough(c)
-
-            orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs)  # pass 1: which kernels matter
-            rep.candidates = len(seen)
-            with _progress_bar(progress, f"tuning {len(seen)} kernels on {device}") as update:
-                measured.progress = update
-                measured.prefetch(seen)
-            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs)
-            rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
-            rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+        plan = plan_kernels(dag, strategy, cost, rough, measured, key_fn, knobs, rep, progress, f" on {device}")
     finally:
         if own_db:
             tdb.close()
