@@ -31,5 +31,12 @@ class Knobs:
     """Solver time for the whole model, shared out over the segments."""
     mip_rel_gap: float = 1e-4
     """Relative optimality gap at which the solver may stop."""
+    regions: bool = True
+    """Let `optimal` hand runs of whole segments to an external runtime when that is cheaper
+    (regions.py); only takes effect when the caller prices regions (measured costs with
+    external providers)."""
+    region_join_saving_s: float = 20e-6
+    """Estimated saving of joining two adjacent regions (one dispatch fewer), used only to pick
+    which runs to price for real."""
     solver_backend: str = "highs"
     """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

@@ -115,6 +115,9 @@ def codegen_provider(kernel) -> str:
 # variants rarely beat eager + onnxruntime + OpenVINO and each costs a build and a timing per
 # candidate; ask for them by name (``providers=``).
 DEFAULT_PROVIDERS = ("ort", "openvino", "torch")
+# Providers that compile whole subgraphs, so they can run provider regions (regions.py).
+REGION_PROVIDERS = ("ort", "openvino")
+REGION_PREFIX = "region:"
 
 
 def external_providers(threads: int, names: Sequence[str] | None = DEFAULT_PROVIDERS) -> list[Provider]:
@@ -165,6 +168,45 @@ class MeasuredCost:
         if not self.providers or len(self._linear.intersection(cand.nodes)) != 1:
             return False
         return all(v in self._linear or self._kind[v] in ("elementwise", "broadcast", "layout") for v in cand.nodes)
+
+    def region_key(self, cand: Candidate) -> str:
+        return REGION_PREFIX + self.key(cand)
+
+    def region(self, cand: Candidate) -> float | None:
+        """Seconds for ``cand`` (a run of whole segments) as one kernel of an external runtime that
+        compiles whole subgraphs (OpenVINO, onnxruntime), verified like any kernel; None if none
+        can. Stored under ``region:<kernel key>``."""
+        key = self.region_key(cand)
+        if key in self._memo:
+            return self._memo[key]
+        known = self.db.get_many([key], self.target, CODEGEN_VERSION)
+        if key in known:
+            self.stats.cached += 1
+            self._remember(key, known[key])
+            return self._memo[key]
+        t0 = time.perf_counter()
+        outs = ordered_outputs(self._pos, cand)
+        recs: dict[str, Record] = {}
+        whole = [p for p in self.providers if p.name in REGION_PROVIDERS]
+        try:
+            reference = reference_for(self.g, self.g.subgraph(cand.nodes, outs))
+        except Exception as e:  # noqa: BLE001 - the oracle failed: nothing can be verified
+            recs["codegen"] = Record("codegen", None, "cannot_generate", f"reference interpreter failed: {e}"[:300])
+            whole = []
+        if whole:
+            _, _, records = best_provider(self.g, cand.nodes, outs, whole, self.timer, reference=reference)
+            for r in records:
+                status = {"wrong": "verify_failed"}.get(r.status, r.status)
+                recs[r.provider] = Record(r.provider, r.seconds if r.status == "ok" else None, status,
+                                          (r.reason or "")[:300])
+        if not recs:
+            recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider runs whole regions")
+        self.stats.measured += 1
+        self.stats.seconds += time.perf_counter() - t0
+        for r in recs.values():
+            self.db.put(key, self.target, CODEGEN_VERSION, r)
+        self._remember(key, recs)
+        return self._memo[key]
 
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)

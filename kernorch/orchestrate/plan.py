@@ -23,7 +23,8 @@ class Plan:
     """Kernels in execution order. `sources[k][v]` is the earlier kernel whose write of dag value v
     kernel k reads (values from outside the dag are not listed). `lifetimes[v]` is (index of the
     first kernel writing v, index of the last kernel reading it); graph outputs live to
-    `len(kernels)`. `cost` is the sum of `costs`, one per kernel."""
+    `len(kernels)`. `cost` is the sum of `costs`, one per kernel. `regions` lists the kernels that
+    are provider regions (whole runs of segments for an external runtime, regions.py)."""
 
     kernels: tuple[Candidate, ...]
     costs: tuple[float, ...]
@@ -33,11 +34,13 @@ class Plan:
     strategy: str
     report: SolveReport | None = None
     stats: Mapping[str, float] = field(default_factory=dict)
+    regions: tuple[int, ...] = ()
 
     def summary(self) -> str:
         """One line for logs and benchmarks."""
         opt = "" if self.report is None else f", optimal={self.report.optimal}, gap={self.report.gap:.2g}"
-        return f"{self.strategy}: {len(self.kernels)} kernels, cost {self.cost:.6g}{opt}"
+        reg = f" ({len(self.regions)} provider regions)" if self.regions else ""
+        return f"{self.strategy}: {len(self.kernels)} kernels{reg}, cost {self.cost:.6g}{opt}"
 
 
 def build_plan(
@@ -47,6 +50,7 @@ def build_plan(
     strategy: str,
     report: SolveReport | None = None,
     stats: Mapping[str, float] | None = None,
+    regions: Sequence[int] = (),
 ) -> Plan:
     """Wire up ordered kernels: each input comes from the first earlier kernel writing it."""
     first_write: dict[int, int] = {}
@@ -74,6 +78,7 @@ def build_plan(
         strategy=strategy,
         report=report,
         stats=dict(stats or {}),
+        regions=tuple(regions),
     )
 
 

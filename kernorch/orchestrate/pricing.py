@@ -21,8 +21,11 @@ def identity_key(cand: Candidate) -> str:
 class Pricer:
     """Wraps the caller's hooks. `can_generate` and `cost` are called at most once per key."""
 
-    def __init__(self, cost: CostFn, can_generate: CanGenerate | None = None, key_fn: KeyFn | None = None) -> None:
+    def __init__(self, cost: CostFn, can_generate: CanGenerate | None = None, key_fn: KeyFn | None = None,
+                 region_cost: CostFn | None = None) -> None:
         self._cost = cost
+        self._region_cost = region_cost
+        self._region_prices: dict[str, float | None] = {}
         self._can_generate = can_generate
         self._key_fn = key_fn or identity_key
         self._keys: dict[Candidate, str] = {}
@@ -57,6 +60,21 @@ class Pricer:
             c = self._cost(cand)
             self._prices[k] = None if c is None else float(c)
         return self._prices[k]
+
+    @property
+    def prices_regions(self) -> bool:
+        return self._region_cost is not None
+
+    def price_region(self, cand: Candidate) -> float | None:
+        """Seconds for running ``cand`` whole in an external runtime (regions.py), or None."""
+        if self._region_cost is None:
+            return None
+        k = self.key(cand)
+        if k not in self._region_prices:
+            self.cost_calls += 1
+            c = self._region_cost(cand)
+            self._region_prices[k] = None if c is None else float(c)
+        return self._region_prices[k]
 
     @property
     def distinct_keys(self) -> int:

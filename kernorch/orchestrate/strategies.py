@@ -24,6 +24,7 @@ from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.partition import Segment, partition
 from kernorch.orchestrate.plan import Plan, build_plan
 from kernorch.orchestrate.pricing import CanGenerate, CostFn, KeyFn, Pricer
+from kernorch.orchestrate.regions import choose_regions
 from kernorch.orchestrate.solver import Problem, Solution, SolveReport, solve
 
 STRATEGIES = ("unfused", "per-operator", "greedy", "optimal")
@@ -40,17 +41,20 @@ def orchestrate(
     can_generate: CanGenerate | None = None,
     key_fn: KeyFn | None = None,
     knobs: Knobs = Knobs(),
+    region_cost: CostFn | None = None,
 ) -> Plan:
     """Plan `dag` with `strategy`. `cost(candidate)` gives seconds or None (cannot be built);
     `can_generate` is the code generator's feasibility hook; `key_fn` gives a canonical kernel
     key, and both hooks and the cost run once per distinct key. Nodes no output depends on are
-    dropped first (Dag.without_dead)."""
+    dropped first (Dag.without_dead). `region_cost(candidate)` prices a run of whole segments in
+    an external runtime; given (and `knobs.regions`), `optimal` may hand such runs over
+    (regions.py)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if cost is None:
         raise ValueError("orchestrate needs a cost function, e.g. RooflineCost().bind(dag)")
     live = dag.without_dead()
-    pricer = Pricer(cost, can_generate, key_fn)
+    pricer = Pricer(cost, can_generate, key_fn, region_cost if knobs.regions else None)
     t0 = time.perf_counter()
     if strategy == "optimal":
         return _optimal(live, pricer, knobs, t0)
@@ -115,8 +119,8 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
     solved: dict[tuple[object, ...], Solution] = {}
     reports: list[SolveReport] = []
     distinct = len({w[4] for w in work})
-    kernels: list[Candidate] = []
-    costs: list[float] = []
+    seg_kernels: list[list[Candidate]] = []
+    seg_costs: list[list[float]] = []
     for seg, cands, prices, problem, signature in work:
         sol = solved.get(signature)
         if sol is None:
@@ -131,9 +135,12 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
             reports.append(sol.report)
         else:
             reports.append(dataclasses.replace(sol.report, time_s=0.0, rounds=0, cuts=0))
-        kernels.extend(cands[k] for k in sol.chosen)
-        costs.extend(prices[k] for k in sol.chosen)
+        seg_kernels.append([cands[k] for k in sol.chosen])
+        seg_costs.append([prices[k] for k in sol.chosen])
     t_solve = time.perf_counter() - t
+    t = time.perf_counter()
+    kernels, costs, regions = _with_regions(dag, segments, seg_kernels, seg_costs, pricer, knobs)
+    t_regions = time.perf_counter() - t
     n_cands = sum(len(w[1]) for w in work)
     stats = _stats(
         pricer,
@@ -147,9 +154,47 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
         single_output=sum(1 for w in work for c in w[1] if len(c.outputs) == 1),
         enumerate_s=t_enum,
         solve_s=t_solve,
+        regions=len(regions),
+        region_nodes=sum(len(kernels[k].nodes) for k in regions),
+        regions_s=t_regions,
         **{f"rejected: {k}": float(v) for k, v in sorted(estats.rejected.items())},
     )
-    return build_plan(dag, kernels, costs, "optimal", _merge_reports(reports), stats)
+    return build_plan(dag, kernels, costs, "optimal", _merge_reports(reports), stats, regions)
+
+
+def _with_regions(dag: Dag, segments: Sequence[Segment], seg_kernels: Sequence[Sequence[Candidate]],
+                  seg_costs: Sequence[Sequence[float]], pricer: Pricer, knobs: Knobs,
+                  ) -> tuple[list[Candidate], list[float], list[int]]:
+    """Concatenate the segments' kernel plans, with the runs of segments that are cheaper as one
+    external-runtime region replaced by that region (regions.py). Returns kernels, costs and the
+    indices of the region kernels."""
+    runs: list[tuple[int, int]] = []
+    if pricer.prices_regions and segments:
+        def region(i: int, j: int) -> Candidate:
+            return multi_output(dag, [n for s in segments[i:j + 1] for n in s.nodes])
+
+        runs = choose_regions([sum(c) for c in seg_costs], lambda i, j: pricer.price_region(region(i, j)),
+                              knobs.region_join_saving_s)
+    starts = {i: j for i, j in runs}
+    kernels: list[Candidate] = []
+    costs: list[float] = []
+    regions: list[int] = []
+    s = 0
+    while s < len(segments):
+        if s in starts:
+            j = starts[s]
+            cand = multi_output(dag, [n for seg in segments[s:j + 1] for n in seg.nodes])
+            price = pricer.price_region(cand)
+            assert price is not None  # choose_regions picks priced runs only
+            regions.append(len(kernels))
+            kernels.append(cand)
+            costs.append(price)
+            s = j + 1
+            continue
+        kernels.extend(seg_kernels[s])
+        costs.extend(seg_costs[s])
+        s += 1
+    return kernels, costs, regions
 
 
 def _segment_candidates(

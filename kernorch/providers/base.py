@@ -89,7 +89,7 @@ def random_inputs(g: Graph, sub: Graph, seed: int = 0) -> dict[ValueId, np.ndarr
     for v in sub.inputs:
         t = sub.types[v]
         if v in g.constants:
-            feeds[v] = np.ascontiguousarray(np.asarray(g.constants[v], dtype=t.dtype))
+            feeds[v] = np.array(g.constants[v], dtype=t.dtype, order="C")  # a writable copy
             continue
         dt = np.dtype(t.dtype)
         if dt == np.bool_:

@@ -3,6 +3,7 @@ costs) -> built kernels -> a CompiledModel."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from contextlib import contextmanager
@@ -92,7 +93,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool = False, cuda_options: Any = None,
-            providers: Sequence[str] | None = DEFAULT_PROVIDERS) -> CompiledModel:
+            providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
     if strategy not in STRATEGIES:
@@ -108,6 +109,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         raise KernorchError(f"unknown target {target!r}; choose 'cpu' or 'cuda'")
     threads = threads or default_threads()
     knobs = knobs or Knobs()
+    if not regions:
+        knobs = dataclasses.replace(knobs, regions=False)
     rep = CompileReport(strategy, cost)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
@@ -162,7 +165,8 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     with _progress_bar(progress, f"tuning {len(seen)} kernels{where}") as update:
         measured.progress = update
         measured.prefetch(seen)
-    plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs)
+    region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
+    plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
     rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
     rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
     return plan
@@ -186,9 +190,13 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
     pos = {p.output: i for i, p in enumerate(g.prims)}
     providers = {p.name: p for p in (providers if providers is not None else external_providers(threads))}
     chosen: list[str] = []
-    for c in plan.kernels:
+    regions = set(plan.regions)
+    for k, c in enumerate(plan.kernels):
         outs = ordered_outputs(pos, c)
-        best = measured.best.get(measured.key(c)) if measured is not None else None
+        key = None if measured is None else measured.region_key(c) if k in regions else measured.key(c)
+        best = measured.best.get(key) if measured is not None else None
+        if k in regions and (best is None or best.provider not in providers):
+            raise KernorchError(f"provider region {k} has no measured provider among {sorted(providers)}")
         if best is not None and not best.provider.startswith("codegen") and best.provider in providers:
             chosen.append(best.provider)
         elif codegen.can_generate(g, c.nodes, outs):

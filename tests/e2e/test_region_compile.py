@@ -1,0 +1,66 @@
+"""Provider regions end to end: a run of segments handed to OpenVINO / onnxruntime is measured,
+verified, built, matches onnxruntime, survives save/load, and can be switched off."""
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import kernorch
+from kernorch.orchestrate.measure import MeasuredCost
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_cnn.onnx"
+
+
+def _reference(x):
+    s = ort.InferenceSession(str(EXAMPLE), providers=["CPUExecutionProvider"])
+    return s.run(None, {"input": x})[0]
+
+
+def _close(got, want):
+    assert np.abs(np.asarray(got) - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max()))
+
+
+@pytest.fixture
+def cheap_regions(monkeypatch):
+    """Regions are measured and verified for real, then priced as nearly free, so the solver must
+    pick them whatever this noisy machine's timings say."""
+    real = MeasuredCost.region
+
+    def region(self, cand):
+        seconds = real(self, cand)
+        return None if seconds is None else 1e-9
+
+    monkeypatch.setattr(MeasuredCost, "region", region)
+
+
+def test_region_plan_matches_onnxruntime_and_round_trips(tmp_path, cheap_regions):
+    model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False,
+                             providers=("ort", "openvino"))
+    plan_regions = [k for k in model.kernels if k.provider in ("ort", "openvino")]
+    assert len(model.kernels) == 1 and plan_regions, model.summary()
+    assert "provider region" in model.report.plan_summary
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = model(x)
+    _close(got, _reference(x))
+    model.save(tmp_path / "saved")
+    again = kernorch.load(tmp_path / "saved")
+    assert np.array_equal(again(x), got)
+    with sqlite3.connect(tmp_path / "db.sqlite") as db:
+        assert db.execute("select count(*) from costs where key like 'region:%' and status = 'ok'").fetchone()[0]
+
+
+def test_regions_off_keeps_own_kernels(tmp_path, cheap_regions):
+    model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False,
+                             providers=("ort", "openvino"), regions=False)
+    assert "provider region" not in model.report.plan_summary
+    assert len(model.kernels) > 1
+    x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _close(model(x), _reference(x))
+
+
+def test_without_whole_graph_providers_there_are_no_regions(tmp_path, cheap_regions):
+    model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False, providers=("torch",))
+    assert "provider region" not in model.report.plan_summary
