@@ -13,6 +13,7 @@ import argparse
 import glob
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -197,6 +198,56 @@ def light_models() -> dict[str, Path]:
     if not paths:
         raise FileNotFoundError(f"no light_*.onnx models under {d} (onnx package without test data?)")
     return paths
+
+
+def _random_weight(shape: tuple[int, ...], role: str, rng: np.random.Generator) -> np.ndarray:
+    if role in ("bn_scale", "bn_var"):
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    w = rng.standard_normal(shape, dtype=np.float32)  # float32 throughout: vgg19 has 140M weights
+    w *= math.sqrt(1.0 / (math.prod(shape[1:]) or 1)) if role == "weight" else 0.1
+    return w
+
+
+def randomize_weights(model, seed: int = 0):
+    """A copy of a light model (``onnx.ModelProto``) with random constants for its ConstantOfShape fills,
+    and the softmax input as a second output.
+
+    The shipped weights are fills of one value (0.02): every logit is equal and the softmax output is
+    uniform whatever the code computes, so a check against them proves little. Conv/Gemm weights are
+    scaled by fan-in and BatchNorm scale/var drawn from [0.5, 1.5], to keep activations in range; the
+    logits (softmax input) become an output so that a check compares them too."""
+    import onnx
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    roles: dict[str, str] = {}
+    for n in model.graph.node:
+        for k, name in enumerate(n.input):
+            if n.op_type in ("Conv", "Gemm") and k == 1:
+                roles[name] = "weight"
+            elif n.op_type == "BatchNormalization" and k in (1, 4):
+                roles[name] = "bn_scale" if k == 1 else "bn_var"
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = []
+    for n in m.graph.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
+            shape = tuple(int(s) for s in inits[n.input[0]])
+            w = _random_weight(shape, roles.get(n.output[0], "other"), rng)
+            m.graph.initializer.append(numpy_helper.from_array(w, n.output[0]))
+        else:
+            keep.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    m.ir_version = max(m.ir_version, 4)  # initializers that are not graph inputs
+    softmax = [n for n in keep if n.op_type == "Softmax"]
+    if softmax and softmax[-1].output[0] == m.graph.output[0].name:
+        logits = onnx.ValueInfoProto()
+        logits.CopyFrom(m.graph.output[0])  # softmax keeps the shape
+        logits.name = softmax[-1].input[0]
+        m.graph.output.append(logits)
+    return m
 
 
 _NP_TYPES = {1: np.float32, 6: np.int32, 7: np.int64, 10: np.float16, 11: np.float64, 9: np.bool_}

@@ -3,70 +3,34 @@ shufflenet, squeezenet, vgg19, zfnet512) import with no opaque prim and match on
 
 Their weights are ConstantOfShape fills of one value (0.02): every logit is equal and the
 softmax output is uniform whatever the code does. So each fill is replaced by random weights of
-the same shape (scaled by fan-in to keep activations in range), and the softmax input is
-compared as well as the output. The three nets with 100M-parameter classifiers are marked slow.
+the same shape (bench.export.randomize_weights, shared with bench/check_strategies.py), and the
+softmax input is compared as well as the output. The three nets with 100M-parameter classifiers
+are marked slow.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
-from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp
-from kernorch.ir.prims import Op
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `bench` lives at the repo root, outside the kernorch package
+    sys.path.insert(0, str(ROOT))
+
+from bench.export import randomize_weights  # noqa: E402
+from kernorch.frontend.onnx_import import import_onnx  # noqa: E402
+from kernorch.ir import interp  # noqa: E402
+from kernorch.ir.prims import Op  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 SLOW = {"bvlc_alexnet", "vgg19", "zfnet512"}
 NAMES = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
          "squeezenet", "vgg19", "zfnet512"]
-
-
-def _random_weight(shape, role: str, rng) -> np.ndarray:
-    if role in ("bn_scale", "bn_var"):
-        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-    w = rng.standard_normal(shape, dtype=np.float32)  # float32 throughout: vgg19 has 140M weights
-    w *= math.sqrt(1.0 / (math.prod(shape[1:]) or 1)) if role == "weight" else 0.1
-    return w
-
-
-def randomized(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """The model with random constants for its ConstantOfShape fills, and the softmax input as a
-    second output."""
-    rng = np.random.default_rng(seed)
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    roles: dict[str, str] = {}
-    for n in model.graph.node:
-        for k, name in enumerate(n.input):
-            if n.op_type in ("Conv", "Gemm") and k == 1:
-                roles[name] = "weight"
-            elif n.op_type == "BatchNormalization" and k in (1, 4):
-                roles[name] = "bn_scale" if k == 1 else "bn_var"
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = []
-    for n in m.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(s) for s in inits[n.input[0]])
-            w = _random_weight(shape, roles.get(n.output[0], "other"), rng)
-            m.graph.initializer.append(numpy_helper.from_array(w, n.output[0]))
-        else:
-            keep.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    m.ir_version = max(m.ir_version, 4)  # initializers that are not graph inputs
-    softmax = [n for n in keep if n.op_type == "Softmax"]
-    if softmax and softmax[-1].output[0] == m.graph.output[0].name:
-        logits = onnx.ValueInfoProto()
-        logits.CopyFrom(m.graph.output[0])  # softmax keeps the shape
-        logits.name = softmax[-1].input[0]
-        m.graph.output.append(logits)
-    return m
 
 
 def _close(ours: np.ndarray, ref: np.ndarray, rel: float = 1e-4) -> None:
@@ -80,7 +44,7 @@ def _close(ours: np.ndarray, ref: np.ndarray, rel: float = 1e-4) -> None:
 def test_light_model_matches_onnxruntime(name):
     import onnxruntime as ort
 
-    model = randomized(onnx.load(os.path.join(LIGHT, f"light_{name}.onnx")))
+    model = randomize_weights(onnx.load(os.path.join(LIGHT, f"light_{name}.onnx")))
     g, report = import_onnx(model)
     assert not report.opaque, f"ops kept whole: {report.opaque}"
     assert not any(p.op is Op.OPAQUE for p in g.prims)
