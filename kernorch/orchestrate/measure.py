@@ -150,6 +150,9 @@ class MeasuredCost:
         self.timer = MedianTimer(warmup=2, repeats=5, min_sample_s=1e-4, min_warmup_s=0.005)
         self._kind = {p.output: p.kind.value for p in g.prims}
         self._linear = {v for v, k in self._kind.items() if k == "linear"}
+        # When set, candidates not measured yet are priced by this estimate instead of being
+        # measured on the spot (compile.plan_kernels measures what the final plan picks).
+        self.fallback: Callable[[Candidate], float | None] | None = None
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
@@ -211,8 +214,15 @@ class MeasuredCost:
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)
         if k not in self._memo:
+            if self.fallback is not None:
+                est = self.fallback(cand)
+                return None if est is None else est + self.kernel_overhead_s
             self.prefetch([cand])
         return self._memo.get(k)
+
+    def has(self, cand: Candidate) -> bool:
+        """Whether ``cand`` has been measured (or found in the database)."""
+        return self.key(cand) in self._memo
 
     def prefetch(self, cands: Iterable[Candidate]) -> None:
         """Measure every candidate not yet in the database, in batches."""

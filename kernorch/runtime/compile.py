@@ -149,24 +149,48 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
 
 def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: Knobs, rep: CompileReport,
                  progress: bool, where: str) -> Plan:
-    """Orchestrate on modelled costs, or in two passes on measured ones: the first (roofline)
-    pass records which candidates the strategy prices, they are measured in batches, then the
-    strategy runs again on the measured costs. Shared by every target."""
+    """Orchestrate on modelled costs, or in passes on measured ones. Pass 1 prices kernels by the
+    roofline and provider regions by measurement (regions.py) and records which candidates the
+    strategy prices, leaving out those of segments already handed to a region: the roofline is
+    close to a lower bound of a measured kernel, so a region cheaper than a segment's roofline
+    plan is cheaper than its measured plan too. Those candidates are measured in batches, the
+    strategy runs again on measured costs (the roofline standing in for anything unmeasured),
+    and any kernel of the plan still unmeasured is measured and the strategy rerun, so every
+    kernel of the final plan was verified and timed. Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
+    region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
     seen: list[Candidate] = []
 
     def record(c: Candidate) -> float | None:
         seen.append(c)
         return rough(c)
 
-    orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs)  # pass 1: which kernels matter
-    rep.candidates = len(seen)
-    with _progress_bar(progress, f"tuning {len(seen)} kernels{where}") as update:
+    first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost)
+    handed = {n for k in first.regions for n in first.kernels[k].nodes}
+    todo = [c for c in seen if not c.nodes <= handed]
+    rep.candidates = len(todo)
+    with _progress_bar(progress, f"tuning {len(todo)} kernels{where}") as update:
         measured.progress = update
-        measured.prefetch(seen)
-    region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
-    plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
+        measured.prefetch(todo)
+    if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
+        plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
+        rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
+        rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+        return plan
+    measured.fallback = rough
+    try:
+        for _ in range(16):
+            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
+            regions = set(plan.regions)
+            missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
+            if not missing:
+                break
+            measured.prefetch(missing)
+        else:
+            raise KernorchError("the plan kept picking unmeasured kernels; compile with regions=False")
+    finally:
+        measured.fallback = None
     rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
     rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
     return plan
