@@ -28,6 +28,11 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
     q.add_argument("--threads", type=int, help="CPU threads for kernels and timing (default: all)")
     q.add_argument("--rewrites", metavar="RULES", help="comma-separated rewrite rules ('' for none; default set)")
+    q.add_argument("--providers", metavar="NAMES",
+                   help="comma-separated external kernel providers (ort, openvino, torch, ...; '' for kernorch's "
+                        "own kernels only; default ort,openvino,torch)")
+    q.add_argument("--no-regions", action="store_true",
+                   help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
     q.add_argument("--quiet", action="store_true", help="no progress bar or kernel table")
     q.set_defaults(func=cmd_compile)
 
@@ -48,10 +53,12 @@ def cmd_compile(args) -> int:
     kw = {}
     if args.rewrites is not None:
         kw["rewrites"] = tuple(r for r in args.rewrites.split(",") if r)
+    if args.providers is not None:
+        kw["providers"] = tuple(p for p in args.providers.split(",") if p)
     t0 = time.perf_counter()
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=parse_input_shapes(args.input_shape) or None, threads=args.threads,
-                             progress=not args.quiet, **kw)
+                             progress=not args.quiet, regions=not args.no_regions, **kw)
     out = model.save(args.output)
     r = model.report
     if not args.quiet:

@@ -203,3 +203,19 @@ def test_inspect_lists_segments(capsys):
     rc, out, _ = _run(capsys, "inspect", EXAMPLE, "--segments")
     assert rc == 0
     assert "segments (" in out and "cut width" in out
+
+
+def test_compile_providers_and_regions_flags(tmp_path, capsys):
+    """--providers '' keeps kernorch's own kernels only; an unknown provider is one clear line."""
+    from kernorch.cli import main
+
+    out = tmp_path / "own"
+    assert main(["compile", str(EXAMPLE), "-o", str(out), "--db", str(tmp_path / "db.sqlite"), "--providers", "",
+                 "--no-regions", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "provider region" not in text
+    providers = {line.split()[1] for line in text.splitlines() if line[:4].strip().isdigit()}
+    assert providers and providers <= {"c", "torch"}, text
+    assert main(["compile", str(EXAMPLE), "-o", str(out), "--providers", "tvm", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kernorch: error: unknown provider(s) tvm") and err.count("\n") == 1

@@ -19,6 +19,7 @@ import torch
 
 from kernorch import codegen
 from kernorch.codegen.build import default_threads
+from kernorch.errors import KernorchError
 from kernorch.ir import interp
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
@@ -122,7 +123,12 @@ REGION_PREFIX = "region:"
 
 def external_providers(threads: int, names: Sequence[str] | None = DEFAULT_PROVIDERS) -> list[Provider]:
     """The installed external providers (onnxruntime, OpenVINO, PyTorch variants), by name."""
-    out = [p for p in default_providers(threads) if p.available()]
+    every = default_providers(threads)
+    unknown = sorted(set(names or ()) - {p.name for p in every})
+    if unknown:
+        raise KernorchError(f"unknown provider(s) {', '.join(unknown)}; choose from "
+                            f"{', '.join(p.name for p in every)}")
+    out = [p for p in every if p.available()]
     if names is not None:
         out = [p for p in out if p.name in names]
     return out

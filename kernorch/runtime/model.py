@@ -73,7 +73,7 @@ class CompiledModel:
                 lines.append(f"opaque ops: {r.opaque}")
         lines.append(f"{'#':>4} {'provider':<9} {label + ' ms':>11} {'share':>6}  prims")
         for k, (info, s) in enumerate(zip(infos, secs)):
-            ops = " ".join(info.ops)
+            ops = " ".join(info.ops) if len(info.ops) <= 12 else _census(info.ops)
             lines.append(f"{k:>4} {info.provider:<9} {s * 1e3:>11.4f} {s / total:>6.1%}  {ops[:100]}")
         lines.append(f"total {label}: {total * 1e3:.3f} ms")
         return "\n".join(lines)
@@ -153,3 +153,11 @@ def _rebuild_external(d: Path, g: Graph, name: str, rec: dict):
     if prov is None or not prov.available():
         raise KernorchError(f"{d}: kernel provider {name!r} is not installed here (pip install 'kernorch[{name}]')")
     return ProviderKernel(prov.build(g, set(rec["members"]), list(rec["outputs"])))
+
+
+def _census(ops) -> str:
+    """A large kernel (a provider region) as a count of its prims, most frequent first."""
+    from collections import Counter
+
+    counts = Counter(ops).most_common()
+    return f"{len(ops)} prims: " + " ".join(f"{op}x{n}" for op, n in counts)
