@@ -39,7 +39,11 @@ class Plan:
     def summary(self) -> str:
         """One line for logs and benchmarks."""
         opt = "" if self.report is None else f", optimal={self.report.optimal}, gap={self.report.gap:.2g}"
-        reg = f" ({len(self.regions)} provider regions)" if self.regions else ""
+        reg = ""
+        if self.regions:
+            inside = sum(len(self.kernels[k].nodes) for k in self.regions)
+            total = len(set().union(*(c.nodes for c in self.kernels)))
+            reg = f" ({len(self.regions)} provider regions covering {inside} of {total} prims)"
         return f"{self.strategy}: {len(self.kernels)} kernels{reg}, cost {self.cost:.6g}{opt}"
 
 
