@@ -27,23 +27,27 @@ PEERS = {
     "torch.compile": "torch.compile(backend='inductor', dynamic=False), CPU",
     "openvino": "OpenVINO CPU plugin: f32 precision hint, LATENCY hint, 1 stream, fixed threads",
 }
-# column name -> (strategy, rewrites: None = kernorch's DEFAULT_RULES, "all" = ALL_RULES, () = none)
+# column name -> (strategy, rewrites: None = kernorch's DEFAULT_RULES, "all" = ALL_RULES, () = none,
+#                 provider regions on/off)
 KERNORCH = {
-    "kn-unfused": ("unfused", None),
-    "kn-per-op": ("per-operator", None),
-    "kn-greedy": ("greedy", None),
-    "kn-optimal": ("optimal", None),
-    "kn-opt+all": ("optimal", "all"),
-    "kn-opt-norw": ("optimal", ()),
+    "kn-unfused": ("unfused", None, False),
+    "kn-per-op": ("per-operator", None, False),
+    "kn-greedy": ("greedy", None, False),
+    "kn-own": ("optimal", None, False),
+    "kn-optimal": ("optimal", None, True),
+    "kn-opt+all": ("optimal", "all", False),
+    "kn-opt-norw": ("optimal", (), False),
 }
 KERNORCH_DOC = {
     "kn-unfused": "kernorch, one kernel per primitive (default rewrites)",
     "kn-per-op": "kernorch, one kernel per ONNX operator (default rewrites)",
     "kn-greedy": "kernorch, rule-based fusion as mainstream compilers do it (default rewrites)",
-    "kn-optimal": "kernorch, binary-LP orchestration over measured costs (default rewrites)",
-    "kn-opt+all": "kernorch optimal with ALL_RULES rewrites (adds sum_to_matmul, div_past_matmul, "
-                  "merge_linear_concat)",
-    "kn-opt-norw": "kernorch optimal with no rewrites at all (rewrites=())",
+    "kn-own": "kernorch, binary-LP orchestration over measured costs, kernels only (no provider regions): "
+              "the orchestration result on kernorch's kernel set",
+    "kn-optimal": "kernorch's default: kn-own plus provider regions (runs of segments handed whole to "
+                  "OpenVINO/onnxruntime where measured cheaper)",
+    "kn-opt+all": "kn-own with ALL_RULES rewrites (adds sum_to_matmul, div_past_matmul, merge_linear_concat)",
+    "kn-opt-norw": "kn-own with no rewrites at all (rewrites=())",
 }
 RUNTIMES = list(PEERS) + list(KERNORCH)
 MISMATCH_REL = 1e-3  # max |x - ort| / max |ort| above this flags the runtime
@@ -201,12 +205,12 @@ def rewrite_rules(spec):
     return DEFAULT_RULES if spec is None else ALL_RULES if spec == "all" else tuple(spec)
 
 
-def kernorch_compile(path, strategy: str, rewrites, db, threads: int):
+def kernorch_compile(path, strategy: str, rewrites, db, threads: int, regions: bool = True):
     import kernorch
 
     t0 = time.perf_counter()
     m = kernorch.compile(str(path), strategy=strategy, cost="measured", db=str(db), rewrites=rewrite_rules(rewrites),
-                         threads=threads, progress=False)
+                         threads=threads, progress=False, regions=regions)
     return m, time.perf_counter() - t0
 
 

@@ -142,8 +142,8 @@ def setup_kernorch(name: str, m: dict, args, rec: dict, attempt) -> None:
     compiles = rec["compiles"]
 
     def variant(col: str, tag: str | None = None):
-        strategy, rw = KERNORCH[col]
-        model, wall = peers.kernorch_compile(m["path"], strategy, rw, db, args.threads)
+        strategy, rw, regions = KERNORCH[col]
+        model, wall = peers.kernorch_compile(m["path"], strategy, rw, db, args.threads, regions)
         compiles[tag or col] = peers.compile_record(model, wall)
         log(f"{name}: kernorch {tag or col}: {wall:.1f} s, {model.report.candidates} candidates "
             f"({model.report.measured} measured, {model.report.cached} cached), {len(model.kernels)} kernels")
@@ -206,10 +206,10 @@ def verify(name: str, runners: dict, rec: dict) -> None:
 
 
 def analyse(name: str, runners: dict, m: dict, args, rec: dict, copy_bw: float | None) -> None:
-    for col in ("kn-unfused", "kn-per-op", "kn-greedy", "kn-optimal"):
+    for col in ("kn-unfused", "kn-per-op", "kn-greedy", "kn-own", "kn-optimal"):
         if col in runners:
             try:
-                bw = copy_bw if col == "kn-optimal" else None
+                bw = copy_bw if col == "kn-own" else None
                 rec["kernels"][col] = peers.kernel_analysis(runners[col].extra["model"], m["feeds"],
                                                             args.profile_repeats, bw)
             except Exception as e:
