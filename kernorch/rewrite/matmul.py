@@ -33,7 +33,8 @@ def sum_to_matmul(p: Prim, ctx: Ctx) -> Replacement | None:
         lead = shape[:r - len(axes)]
         if k <= 1:
             return None
-        x2 = b.reshape(x, (lead or (1,)) + (k,))
+        flat = (lead or (1,)) + (k,)
+        x2 = x if flat == shape else b.reshape(x, flat)  # same operand as x @ V: merge_linear_concat
         m = b.matmul(x2, b.constant(np.ones((k, 1), dtype=dtype)))
     elif r >= 2 and axes == (r - 2,) and shape[r - 2] > 1:
         m = b.matmul(b.constant(np.ones((1, shape[r - 2]), dtype=dtype)), x)

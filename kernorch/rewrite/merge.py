@@ -2,9 +2,13 @@
 ``x @ concat(Wq, Wk, Wv)`` followed by slice views (Q/K/V projections); convolutions of one input
 with equal attributes concatenate their filters. ``merge_linear`` merges constant weights (the
 concatenation is a new constant); ``merge_linear_concat`` also merges computed weights through a
-CONCAT prim, which costs a copy of the weights on every run."""
+CONCAT prim, which costs a copy of the weights on every run. Weights of different batch shapes are
+broadcast to one first: in attention, ``e @ V`` and the softmax row sum ``e @ ones`` (after
+``sum_to_matmul``) become ``e @ concat(V, ones)``, Korch's attention case."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -47,29 +51,38 @@ def _slices(ctx: Ctx, b: Builder, merged: ValueId, group: list[Prim], axis: int)
 def _merge_matmuls(p: Prim, ctx: Ctx, constant: bool) -> Replacement | None:
     x, w = p.inputs
     wt = ctx.type(w)
+    out_lead = ctx.shape(p.output)[:-1]
     group = []
     for q in ctx.users(x):
         if q.op is not Op.MATMUL or q.inputs[0] != x or q.inputs[1] == x:
             continue
         qt = ctx.type(q.inputs[1])
-        if qt.dtype != wt.dtype or qt.shape[:-1] != wt.shape[:-1]:
+        if qt.dtype != wt.dtype or qt.shape[-2] != wt.shape[-2]:
+            continue
+        if ctx.shape(q.output)[:-1] != out_lead:
             continue
         group.append(q)
     if len(group) < 2:
         return None
     group.sort(key=lambda q: ctx.position(q.output))
     weights = [q.inputs[1] for q in group]
+    # Note [weights of different batch shapes]: ``e @ V`` (V: [B, H, K, N]) and ``e @ ones[K, 1]``
+    # (a sum turned into a matmul) share ``e`` and their outputs' leading dims; the weights are
+    # broadcast to one batch shape before they are concatenated along the last axis.
+    batch = tuple(np.broadcast_shapes(*(ctx.shape(v)[:-2] for v in weights)))
     b = ctx.builder()
     if constant:
         arrays = [_weight(ctx, v) for v in weights]
         if any(a is None for a in arrays):
             return None
-        wcat = b.constant(np.concatenate(arrays, axis=-1))
+        if sum(math.prod(batch + a.shape[-2:]) for a in arrays) > ctx.options.fold_max_elements:
+            return None
+        wcat = b.constant(np.concatenate([np.broadcast_to(a, batch + a.shape[-2:]) for a in arrays], axis=-1))
     else:
         members = {q.output for q in group}
         if any(ctx.depends_on(v, members) for v in weights):
             return None
-        wcat = b.concat(weights, axis=len(wt.shape) - 1)
+        wcat = b.concat([b.broadcast_to(v, batch + ctx.shape(v)[-2:]) for v in weights], axis=len(batch) + 1)
     merged = b.matmul(x, wcat)
     return _slices(ctx, b, merged, group, len(ctx.shape(merged)) - 1)
 

@@ -268,6 +268,40 @@ def test_computed_weights_merge_only_with_merge_linear_concat():
     assert report["merge_linear_concat"] == 1 and ops(out).count(Op.MATMUL) == 1 and Op.CONCAT in ops(out)
 
 
+def test_matmuls_of_one_input_merge_across_weight_batch_shapes():
+    # e @ V (V computed, [2, 8, 4]) and e @ ones[8, 1] (a sum turned into a matmul): the ones column
+    # is broadcast to V's batch shape, then concatenated
+    b = Builder()
+    e = b.unary(Op.EXP, b.input((2, 5, 8), name="e"))
+    v = b.unary(Op.TANH, b.input((2, 8, 4), name="v"))
+    g = finish(b, b.matmul(e, v), b.unary(Op.EXP, b.matmul(e, b.constant(np.ones((8, 1), "float32")))))
+    out, report = rewrite(g, DEFAULT_RULES + ("merge_linear_concat",))
+    assert report["merge_linear_concat"] == 1 and ops(out).count(Op.MATMUL) == 1
+    cat = next(p for p in out.prims if p.op is Op.CONCAT)
+    assert out.types[cat.output].shape == (2, 8, 5)
+    b = Builder()  # constant weights of different batch shapes merge into one constant
+    x = b.input((2, 5, 8), name="x")
+    g = finish(b, b.matmul(x, b.constant(rand(8, 3))), b.matmul(x, b.constant(rand(2, 8, 4))))
+    out, report = rewrite(g)
+    assert report["merge_linear"] == 1 and out.types[out.prims[0].inputs[1]].shape == (2, 8, 7)
+
+
+def test_matmuls_with_different_output_batch_shapes_stay_apart():
+    b = Builder()  # x @ W1 is [5, 3], x @ W2 (batched) is [2, 5, 3]: no common merged matmul
+    x = b.input((5, 8), name="x")
+    g = finish(b, b.matmul(x, b.constant(rand(8, 3))), b.matmul(x, b.input((2, 8, 3), name="w")))
+    assert rewrite(g, ALL_RULES)[1]["merge_linear_concat"] == 0
+
+
+def test_a_reshape_to_the_same_shape_disappears_even_when_large():
+    # reshape keeps the shape but reads the size-1 dim at index 0 (not i0); above the probe limit
+    b = Builder()
+    x = b.input((1, 3, 200, 200), name="x")
+    y = b.view(x, layout.reshape((1, 3, 200, 200), (1, 3, 200, 200)))
+    out, report = rewrite(finish(b, b.unary(Op.EXP, y)), ("views",))
+    assert ops(out) == [Op.EXP] and report["identity_view"] == 1
+
+
 def test_convs_on_one_input_merge():
     b = Builder()
     x = b.input((1, 3, 6, 6), name="x")
