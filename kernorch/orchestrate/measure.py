@@ -221,8 +221,7 @@ class MeasuredCost:
         k = self.key(cand)
         if k not in self._memo:
             if self.fallback is not None:
-                est = self.fallback(cand)
-                return None if est is None else est + self.kernel_overhead_s
+                return self.fallback(cand)
             self.prefetch([cand])
         return self._memo.get(k)
 

@@ -48,6 +48,7 @@ class CompileReport:
     failures: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     plan_summary: str = ""
+    roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -149,17 +150,22 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
 
 def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: Knobs, rep: CompileReport,
                  progress: bool, where: str) -> Plan:
-    """Orchestrate on modelled costs, or in passes on measured ones. Pass 1 prices kernels by the
-    roofline and provider regions by measurement (regions.py) and records which candidates the
-    strategy prices, leaving out those of segments already handed to a region: the roofline is
-    close to a lower bound of a measured kernel, so a region cheaper than a segment's roofline
-    plan is cheaper than its measured plan too. Those candidates are measured in batches, the
-    strategy runs again on measured costs (the roofline standing in for anything unmeasured),
-    and any kernel of the plan still unmeasured is measured and the strategy rerun, so every
-    kernel of the final plan was verified and timed. Shared by every target."""
+    """Orchestrate on modelled costs, or in passes on measured ones. Pass 1 prices kernels by an
+    estimate and provider regions by measurement (regions.py) and records which candidates the
+    strategy prices, leaving out those of segments it hands to a region: with regions, the
+    estimate is the roofline scaled to this machine's measured per-operator kernels (their total
+    measured time over their total roofline time), so a segment is tuned only when its kernels
+    might beat the region. The recorded candidates are measured in batches, the strategy runs
+    again on measured costs (the estimate standing in for anything unmeasured), and any kernel
+    of the plan still unmeasured is measured and the strategy rerun, so every kernel of the final
+    plan was verified and timed. Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
     region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
+    if region_cost is not None and knobs.regions and strategy == "optimal" and hasattr(measured, "has"):
+        scale = _roofline_scale(dag, rough, measured, key_fn, knobs, progress, where)
+        rep.roofline_scale = scale
+        rough = _scaled(rough, scale)
     seen: list[Candidate] = []
 
     def record(c: Candidate) -> float | None:
@@ -194,6 +200,28 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
     rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
     return plan
+
+
+def _scaled(cost, scale: float):
+    def scaled(c: Candidate) -> float | None:
+        x = cost(c)
+        return None if x is None else scale * x
+
+    return scaled
+
+
+def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, where: str) -> float:
+    """Measured over roofline time, summed over the per-operator plan's kernels (measured here;
+    the optimal strategy's candidates include them anyway)."""
+    per_op = orchestrate(dag, "per-operator", rough, measured.can_generate, key_fn, knobs)
+    with _progress_bar(progress, f"calibrating on {len(per_op.kernels)} kernels{where}") as update:
+        measured.progress = update
+        measured.prefetch(per_op.kernels)
+    pairs = [(measured(c), rough(c)) for c in per_op.kernels]
+    pairs = [(m, r) for m, r in pairs if m is not None and r]
+    if not pairs:
+        return 1.0
+    return sum(m for m, _ in pairs) / sum(r for _, r in pairs)
 
 
 _ROOFLINE: RooflineCost | None = None
