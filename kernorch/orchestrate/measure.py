@@ -64,6 +64,8 @@ def random_feeds(g: Graph, inputs: Sequence[int], seed: int = 0) -> list[np.ndar
             out.append(rng.random(t.shape) < 0.5)
         elif np.dtype(t.dtype).kind in "iu":
             out.append(rng.integers(0, 4, size=t.shape).astype(t.dtype))
+        elif t.dtype in ("float32", "float64"):
+            out.append(rng.standard_normal(t.shape, dtype=t.dtype))
         else:
             out.append(rng.standard_normal(t.shape).astype(t.dtype))
     return out

@@ -99,9 +99,11 @@ def random_inputs(g: Graph, sub: Graph, seed: int = 0) -> dict[ValueId, np.ndarr
             arr = rng.integers(lo, 6, size=t.shape)
             if dt.kind == "i":
                 arr = np.where(arr == 0, 1, arr)
+        elif dt in (np.float32, np.float64):
+            arr = rng.standard_normal(t.shape, dtype=dt)  # generated in the dtype: no float64 detour
         else:
             arr = rng.standard_normal(t.shape)
-        feeds[v] = np.ascontiguousarray(np.asarray(arr).astype(dt))
+        feeds[v] = np.ascontiguousarray(np.asarray(arr).astype(dt, copy=False))
     return feeds
 
 
