@@ -8,6 +8,7 @@ opaque prims to their stored NodeProto, and views to the steps ``views.plan_view
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,7 @@ def export(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId] | No
     graph_outputs = []
     for v in sub.outputs:
         name = f"out_{v}"
-        em.nodes.append(helper.make_node("Identity", [em.name(v)], [name]))
+        em.nodes.append(helper.make_node("Identity", [em.value(v)], [name]))
         t = sub.types[v]
         graph_outputs.append(helper.make_tensor_value_info(name, _onnx_dtype(t.dtype), t.shape))
         out_names.append(name)
@@ -119,6 +120,12 @@ class _Emitter:
         self.domains: set[str] = set()
         self.views: Counter = Counter()
         self._n = 0
+        # Broadcasts are emitted lazily: a binary op broadcasts by itself, and runtimes match
+        # patterns (OpenVINO's MVN fusion wants Subtract(x, ReduceMean(x))) only without an
+        # Expand in between. value -> name of the un-expanded input, until an Expand is needed.
+        self.lazy: dict[ValueId, str] = {}
+        self.expanded: set[ValueId] = set()
+        self.producer = {p.output: p for p in sub.prims}
 
     @staticmethod
     def name(v: ValueId) -> str:
@@ -147,12 +154,32 @@ class _Emitter:
         return self.sub.types[v].dtype
 
     # -- one prim -----------------------------------------------------------------------------
+    def value(self, v: ValueId) -> str:
+        """The name of ``v`` in full shape (emitting a deferred Expand if needed)."""
+        if v in self.lazy and v not in self.expanded:
+            shape = self.producer[v].attrs.shape
+            self.node("Expand", [self.lazy[v], self.const(np.array(shape, dtype=np.int64))], self.name(v))
+            self.expanded.add(v)
+        return self.name(v)
+
+    def _operands(self, p: Prim) -> list[str]:
+        """Input names; for an elementwise op a broadcast input is passed un-expanded when another
+        operand already has the output's full shape (so the op's own broadcasting is exact)."""
+        full = self.sub.types[p.output].shape
+        if not (p.op in BINARY or p.op is Op.WHERE):
+            return [self.value(v) for v in p.inputs]
+        anchor = next((v for v in p.inputs if v not in self.lazy and self.sub.types[v].shape == full), None)
+        return [self.lazy[v] if v in self.lazy and anchor is not None else self.value(v) for v in p.inputs]
+
     def prim(self, p: Prim) -> None:
         out = self.name(p.output)
         want = self.dtype(p.output)
-        ins = [self.name(v) for v in p.inputs]
-        dts = [self.dtype(v) for v in p.inputs]
         op = p.op
+        if op is Op.BROADCAST:
+            self.lazy[p.output] = self.value(p.inputs[0])
+            return
+        ins = self._operands(p)
+        dts = [self.dtype(v) for v in p.inputs]
         if op is Op.CAST:
             self.node("Cast", ins, out, to=_onnx_dtype(want))
         elif op in _UNARY:
@@ -161,8 +188,6 @@ class _Emitter:
             self._elementwise(p, ins, dts, out, want)
         elif op in _REDUCE:
             self._reduce(p, ins[0], out)
-        elif op is Op.BROADCAST:
-            self.node("Expand", [ins[0], self.const(np.array(p.attrs.shape, dtype=np.int64))], out)
         elif op is Op.CONCAT:
             self.node("Concat", ins, out, axis=p.attrs.axis)
         elif op is Op.VIEW:
@@ -190,7 +215,10 @@ class _Emitter:
         if op is Op.RELU and kind == "b":
             self.node("Identity", [x], out)
             return
-        y = self.node(_UNARY[op], [x])
+        if op is Op.RECIP:  # 1 / x: the form runtimes' fusion patterns (rsqrt, MVN) expect
+            y = self.node("Div", [self.const(np.ones((), dtype=have)), x])
+        else:
+            y = self.node(_UNARY[op], [x])
         self.node("Identity", [self.cast(y, self._result_dtype(p, have), want)], out)
 
     def _result_dtype(self, p: Prim, have: str) -> str:
@@ -215,9 +243,46 @@ class _Emitter:
             elif op is Op.MOD:
                 y = self._mod(a, b, common)
             else:
-                y = self.node(_BINARY[op], [a, b])
+                y = (self._mean(p) or self._divide(p)) if op is Op.MUL and common == want else None
+                y = y or self.node(_BINARY[op], [a, b])
         have = "bool" if op in COMPARE or op in LOGICAL else common
         self.node("Identity", [self.cast(y, have, want)], out)
+
+    def _mean(self, p: Prim) -> str | None:
+        """``sum(x) * (1/n)`` over the n summed elements as one ReduceMean (how runtimes spell a
+        mean, which their normalization fusions look for); None if ``p`` is not that."""
+        for s_, c in (p.inputs, p.inputs[::-1]):
+            q = self.producer.get(s_)
+            while c in self.producer and self.producer[c].op is Op.BROADCAST:
+                c = self.producer[c].inputs[0]
+            if q is None or q.op is not Op.SUM or c not in self.sub.constants:
+                continue
+            scale = np.asarray(self.sub.constants[c])
+            if scale.ndim != 0 or np.dtype(self.dtype(q.inputs[0])).kind != "f":
+                continue
+            shape = self.sub.types[q.inputs[0]].shape
+            n = math.prod(shape[a] for a in q.attrs.axes)
+            if n and math.isclose(float(scale), 1.0 / n, rel_tol=1e-6):
+                axes = np.array([int(a) for a in q.attrs.axes], dtype=np.int64)
+                x = self.value(q.inputs[0])
+                if self.opset >= 18:
+                    return self.node("ReduceMean", [x, self.const(axes)], keepdims=int(q.attrs.keepdims))
+                return self.node("ReduceMean", [x], axes=axes.tolist(), keepdims=int(q.attrs.keepdims))
+        return None
+
+    def _divide(self, p: Prim) -> str | None:
+        """``x * recip(y)`` as ``x / y`` (the spelling OpenVINO's MVN fusion matches) when ``x``
+        has the full output shape; None otherwise."""
+        full = self.sub.types[p.output].shape
+        for r, x in (p.inputs, p.inputs[::-1]):
+            while r in self.producer and self.producer[r].op is Op.BROADCAST:
+                r = self.producer[r].inputs[0]
+            q = self.producer.get(r)
+            if (q is not None and q.op is Op.RECIP and np.dtype(self.dtype(r)).kind == "f"
+                    and x not in self.lazy and self.sub.types[x].shape == full
+                    and self.dtype(x) == self.dtype(r) == self.dtype(q.inputs[0])):
+                return self.node("Div", [self.value(x), self.value(q.inputs[0])])
+        return None
 
     def _mod(self, a: str, b: str, dtype: str) -> str:
         """NumPy's mod (sign of the divisor): integer Mod(fmod=0); floats take C fmod and shift."""
