@@ -50,7 +50,7 @@ class Step:
 @dataclass(frozen=True)
 class ViewPlan:
     """``kind`` names the recognized map (identity, reshape, permute, reshape-permute, broadcast,
-    slice, pad-constant, pad-reflect, pad-edge, gather); ``steps`` apply in order."""
+    slice, pad-constant, pad-reflect, pad-edge, box, box-pad, gather); ``steps`` apply in order."""
 
     kind: str
     steps: tuple[Step, ...]
@@ -355,6 +355,65 @@ def _pad_steps(in_shape, begins, ends, mode, value) -> tuple[Step, ...] | None:
     return tuple(steps)
 
 
+def _box_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """A strided box of the flat input in any dim order, optionally with a constant border:
+    reshape the input so every output dim has a dim of its own, slice the box, transpose, pad.
+    Covers slice-then-split-heads (GPT-2's q/k/v) and split-heads-then-slice (EfficientViT)."""
+    out = m.out_shape
+    if not out:
+        return None
+    live = table >= 0
+    box = []
+    for d in range(len(out)):
+        along = np.nonzero(live.any(axis=tuple(a for a in range(len(out)) if a != d)))[0]
+        if along.size == 0:
+            return None
+        box.append((int(along[0]), int(along[-1]) + 1))
+    core = table[tuple(slice(lo, hi) for lo, hi in box)]
+    if (core < 0).any() or int(live.sum()) != core.size:
+        return None  # the unmasked part is not one box
+    shape = core.shape
+    offset = int(core.flat[0])
+    strides = {}
+    fit = np.full(shape, offset, dtype=np.int64)
+    for d, n in enumerate(shape):
+        if n > 1:
+            idx = [0] * len(shape)
+            idx[d] = 1
+            strides[d] = int(core[tuple(idx)]) - offset
+            grid = np.arange(n, dtype=np.int64).reshape([n if a == d else 1 for a in range(len(shape))])
+            fit = fit + strides[d] * grid
+    if not strides or not np.array_equal(fit, core) or any(st <= 0 for st in strides.values()):
+        return None
+    order = sorted(strides, key=lambda d: -strides[d])
+    ss = [strides[d] for d in order]
+    total = math.prod(m.in_shape)
+    if total % ss[0] or any(a % b for a, b in zip(ss, ss[1:])):
+        return None
+    virtual = [total // ss[0]] + [a // b for a, b in zip(ss, ss[1:])] + [ss[-1]]
+    strides_v = ss + [1]
+    starts = [(offset // st) % n if k else offset // st for k, (st, n) in enumerate(zip(strides_v, virtual))]
+    counts = [shape[d] for d in order] + [1]
+    if any(a + c > n for a, c, n in zip(starts, counts, virtual)):
+        return None
+    steps = [Step("reshape", shape=tuple(virtual)),
+             Step("slice", starts=tuple(starts), steps=(1,) * len(virtual), counts=tuple(counts)),
+             Step("reshape", shape=tuple(counts[:-1]))]
+    perm = tuple(sorted(range(len(order)), key=lambda k: order[k]))
+    if perm != tuple(range(len(order))):
+        steps.append(Step("transpose", perm=perm))
+    steps.append(Step("reshape", shape=tuple(shape)))
+    begins = tuple(lo for lo, _ in box)
+    ends = tuple(n - hi for n, (_, hi) in zip(out, box))
+    if any(begins) or any(ends):
+        steps.append(Step("pad", begins=begins, ends=ends, mode="constant", value=float(m.pad)))
+    steps = _tidy(m.in_shape, steps)
+    cand = _replay(m.in_shape, steps)
+    if cand is None or not _same(m, cand, table):
+        return None
+    return ViewPlan("box" + ("-pad" if any(begins) or any(ends) else ""), tuple(steps))
+
+
 def _gather_plan(m: IndexMap, table: np.ndarray) -> ViewPlan:
     mask = table >= 0
     idx = np.where(mask, table, 0).astype(np.int64)
@@ -378,7 +437,7 @@ def _plan(m: IndexMap) -> ViewPlan:
     table = flat_table(m)
     if math.prod(m.in_shape) == 0 or table.size == 0:
         return _gather_plan(m, table)
-    for rec in (_simple_plan, _slice_plan, _permutation_plan, _pad_plan):
+    for rec in (_simple_plan, _slice_plan, _permutation_plan, _pad_plan, _box_plan):
         plan = rec(m, table)
         if plan is not None:
             return plan

@@ -64,3 +64,37 @@ def test_recognized_kinds_are_single_steps():
     assert plan_view(layout.identity((2, 3))).steps == ()
     assert [s.op for s in plan_view(layout.pad((4, 4), (1, 1), (1, 1), "reflect")).steps] == ["pad"]
     assert plan_view(layout.window((1, 6), (3,), (1,), (0,), (1,), (4,))).kind == "gather"
+
+
+def _compose(shape, *makers):
+    m = layout.identity(shape)
+    for make in makers:
+        m = make(m.out_shape).compose(m)
+    return m
+
+
+def test_slice_then_split_heads_is_a_box_not_a_gather():
+    """GPT-2's key: the middle third of a fused qkv projection, split into heads, transposed."""
+    m = _compose((1, 6, 24),
+                 lambda s: layout.slice_(s, (0, 0, 8), (1, 1, 1), (1, 6, 8)),
+                 lambda s: layout.reshape(s, (1, 6, 2, 4)),
+                 lambda s: layout.permute(s, (0, 2, 3, 1)))
+    plan = plan_view(m)
+    assert plan.kind == "box" and all(st.op != "gather" for st in plan.steps)
+    x = np.arange(144, dtype=np.float32).reshape(1, 6, 24)
+    want = x[:, :, 8:16].reshape(1, 6, 2, 4).transpose(0, 2, 3, 1)
+    assert np.array_equal(apply_numpy(plan, x), want)
+
+
+def test_split_heads_then_slice_then_pad_is_a_padded_box():
+    """EfficientViT's value: heads split from channels, one third sliced, padded with ones."""
+    m = _compose((1, 12, 3, 3),
+                 lambda s: layout.reshape(s, (1, 2, 6, 9)),
+                 lambda s: layout.permute(s, (0, 1, 3, 2)),
+                 lambda s: layout.slice_(s, (0, 0, 0, 4), (1, 1, 1, 1), (1, 2, 9, 2)),
+                 lambda s: layout.pad(s, (0, 0, 0, 0), (0, 0, 0, 1), "constant", 1.0))
+    plan = plan_view(m)
+    assert plan.kind == "box-pad"
+    x = np.arange(108, dtype=np.float32).reshape(1, 12, 3, 3)
+    want = np.pad(x.reshape(1, 2, 6, 9).transpose(0, 1, 3, 2)[..., 4:6], [(0, 0)] * 3 + [(0, 1)], constant_values=1.0)
+    assert np.array_equal(apply_numpy(plan, x), want)
