@@ -70,3 +70,22 @@ def test_regions_off_keeps_own_kernels(tmp_path, cheap_regions):
 def test_without_whole_graph_providers_there_are_no_regions(tmp_path, cheap_regions):
     model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False, providers=("torch",))
     assert "provider region" not in model.report.plan_summary
+
+
+def test_solver_plan_is_timed_end_to_end_against_the_whole_graph_region(tmp_path, monkeypatch):
+    """Regions priced far too high: the solver keeps kernel plans, then the compile times that
+    plan against the whole graph as one region and keeps the faster (both medians reported)."""
+    real = MeasuredCost.region
+
+    def region(self, cand):
+        seconds = real(self, cand)
+        return None if seconds is None else 1e3 * seconds
+
+    monkeypatch.setattr(MeasuredCost, "region", region)
+    model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False,
+                             providers=("ort", "openvino"))
+    e2e = model.report.end_to_end
+    assert set(e2e) == {"plan", "whole region"} and all(t > 0 for t in e2e.values())
+    assert ("provider region" in model.report.plan_summary) == (e2e["whole region"] < e2e["plan"])
+    x = np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _close(model(x), _reference(x))
