@@ -98,6 +98,7 @@ class Executable:
         numel = {v: (math.prod(s), d) for v, (s, d) in types.items()}
         self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs))
         self._views: list[dict[int, torch.Tensor]] | None = None
+        self._prog: list | None = None
 
     def _arena(self) -> list[dict[int, torch.Tensor]]:
         if self._views is None:
@@ -105,23 +106,39 @@ class Executable:
             self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
         return self._views
 
+    def _program(self) -> list[tuple[RuntimeKernel, list, list[tuple[int, int]], list, list[tuple[int, int]]]]:
+        """Per kernel: its input and output tensors where they are fixed (arena slots,
+        constants), and the positions filled per call (graph inputs and outputs), so a run does
+        no dictionary work for the fixed ones."""
+        if self._prog is None:
+            views = self._arena()
+            outs_set = self.memory.output_values
+            prog = []
+            for k, kern in enumerate(self.kernels):
+                vk = views[k]
+                ins = [vk.get(v, self.constants.get(v)) for v in kern.inputs]
+                dyn_in = [(i, v) for i, v in enumerate(kern.inputs) if ins[i] is None]
+                outs = [None if v in outs_set else vk[v] for v in kern.outputs]
+                dyn_out = [(i, v) for i, v in enumerate(kern.outputs) if outs[i] is None]
+                prog.append((kern, ins, dyn_in, outs, dyn_out))
+            self._prog = prog
+        return self._prog
+
     def run_ids(self, feeds: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        views = self._arena()
-        env: dict[int, torch.Tensor] = dict(self.constants)
-        env.update(feeds)
-        outs_set = self.memory.output_values
-        for k, kern in enumerate(self.kernels):
-            vk = views[k]
-            ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
-            outs = []
-            for v in kern.outputs:
-                if v in outs_set:
-                    if v not in env:
+        env: dict[int, torch.Tensor] = dict(feeds)
+        for kern, ins, dyn_in, outs, dyn_out in self._program():
+            if dyn_in:
+                ins = list(ins)
+                for i, v in dyn_in:
+                    ins[i] = env[v]
+            if dyn_out:
+                outs = list(outs)
+                for i, v in dyn_out:
+                    t = env.get(v)
+                    if t is None:
                         shape, dtype = self.types[v]
-                        env[v] = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
-                    outs.append(env[v])
-                else:
-                    outs.append(vk[v])
+                        t = env[v] = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+                    outs[i] = t
             kern._run(ins, outs)
         return {v: env[v] for v in self.sig.graph.outputs}
 
