@@ -95,7 +95,7 @@ def setup_runners(name: str, m: dict, args, rec: dict) -> dict:
     status = rec["runtimes"]
 
     def attempt(col: str, make, na: str | None = None) -> None:
-        if col in args.skip:
+        if col in args.skip or f"{name}:{col}" in args.skip:
             status[col] = dict(status="skipped", note="--skip")
             return
         if na:
@@ -267,7 +267,8 @@ def parse_args(argv=None):
                         "fresh file (the cold compile)")
     p.add_argument("--compile-timeout", type=float, default=900.0,
                    help="give up on torch.compile after this many seconds (reported as a timeout)")
-    p.add_argument("--skip", default="", help=f"runtimes to leave out, comma-separated: {', '.join(peers.RUNTIMES)}")
+    p.add_argument("--skip", default="", help=f"runtimes to leave out, comma-separated: {', '.join(peers.RUNTIMES)}; "
+                                              "MODEL:RUNTIME leaves it out for one model only")
     p.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"), help="markdown file to update")
     p.add_argument("--plot", default=str(ROOT / "docs" / "benchmarks.png"))
     p.add_argument("--no-write", action="store_true", help="print only; do not touch --out / --plot")
@@ -277,7 +278,7 @@ def parse_args(argv=None):
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     a.skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    unknown = a.skip - set(peers.RUNTIMES)
+    unknown = {s for s in a.skip if s.rpartition(":")[2] not in peers.RUNTIMES}
     if unknown:
         p.error(f"--skip: unknown runtimes {sorted(unknown)}")
     if a.threads < 1:
