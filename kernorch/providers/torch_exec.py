@@ -110,7 +110,7 @@ class _Builder:
         fixed = []
         for v in sub.inputs:
             if v in baked:
-                fixed.append((self.s(v), torch.from_numpy(np.ascontiguousarray(g.constants[v]))))
+                fixed.append((self.s(v), read_only_tensor(g.constants[v])))
         for v, arr in sub.constants.items():
             fixed.append((self.s(v), torch.from_numpy(np.array(arr))))
         in_slots = [self.s(v) for v in sub.inputs]
@@ -363,3 +363,14 @@ def _index_pad(t: torch.Tensor, st: Step) -> torch.Tensor:
         t = t.index_select(d, torch.from_numpy(j.astype(np.int64)))
     return t
 
+
+
+def read_only_tensor(arr) -> torch.Tensor:
+    """A tensor over a constant's memory without a copy. Constants from ONNX are read-only
+    arrays; they are never written, so PyTorch's warning about that is silenced here."""
+    import warnings
+
+    arr = np.ascontiguousarray(arr)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr)

@@ -50,7 +50,8 @@ class Step:
 @dataclass(frozen=True)
 class ViewPlan:
     """``kind`` names the recognized map (identity, reshape, permute, reshape-permute, broadcast,
-    slice, pad-constant, pad-reflect, pad-edge, box, box-pad, gather); ``steps`` apply in order."""
+    slice, pad-constant, pad-reflect, pad-edge, box, box-pad, upsample, upsample-pad-reflect,
+    upsample-pad-edge, gather); ``steps`` apply in order."""
 
     kind: str
     steps: tuple[Step, ...]
@@ -355,11 +356,11 @@ def _pad_steps(in_shape, begins, ends, mode, value) -> tuple[Step, ...] | None:
     return tuple(steps)
 
 
-def _box_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
-    """A strided box of the flat input in any dim order, optionally with a constant border:
-    reshape the input so every output dim has a dim of its own, slice the box, transpose, pad.
-    Covers slice-then-split-heads (GPT-2's q/k/v) and split-heads-then-slice (EfficientViT)."""
-    out = m.out_shape
+def _box_steps(in_shape: tuple[int, ...], table: np.ndarray, value: float) -> list[Step] | None:
+    """Steps for a strided box of the flat input in any dim order, with an optional constant
+    border (where ``table`` is -1): reshape the input so every output dim has a dim of its own,
+    slice the box, transpose, pad. Unverified: callers replay and compare."""
+    out = table.shape
     if not out:
         return None
     live = table >= 0
@@ -387,7 +388,7 @@ def _box_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
         return None
     order = sorted(strides, key=lambda d: -strides[d])
     ss = [strides[d] for d in order]
-    total = math.prod(m.in_shape)
+    total = math.prod(in_shape)
     if total % ss[0] or any(a % b for a, b in zip(ss, ss[1:])):
         return None
     virtual = [total // ss[0]] + [a // b for a, b in zip(ss, ss[1:])] + [ss[-1]]
@@ -406,12 +407,74 @@ def _box_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
     begins = tuple(lo for lo, _ in box)
     ends = tuple(n - hi for n, (_, hi) in zip(out, box))
     if any(begins) or any(ends):
-        steps.append(Step("pad", begins=begins, ends=ends, mode="constant", value=float(m.pad)))
-    steps = _tidy(m.in_shape, steps)
+        steps.append(Step("pad", begins=begins, ends=ends, mode="constant", value=value))
+    return _tidy(in_shape, steps)
+
+
+def _verified(m: IndexMap, table: np.ndarray, kind: str, steps: list[Step] | None) -> ViewPlan | None:
+    if steps is None:
+        return None
     cand = _replay(m.in_shape, steps)
     if cand is None or not _same(m, cand, table):
         return None
-    return ViewPlan("box" + ("-pad" if any(begins) or any(ends) else ""), tuple(steps))
+    return ViewPlan(kind, tuple(steps))
+
+
+def _box_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """A strided box of the input in any dim order, maybe with a constant border. Covers
+    slice-then-split-heads (GPT-2's q/k/v) and split-heads-then-slice-then-pad (EfficientViT)."""
+    steps = _box_steps(m.in_shape, table, float(m.pad))
+    kind = "box-pad" if steps and steps[-1].op == "pad" else "box"
+    return _verified(m, table, kind, steps)
+
+
+def _repeats(table: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """Nearest-neighbour upsampling by integer factors: (the table before it, factor per dim)."""
+    factors = []
+    for d, n in enumerate(table.shape):
+        f = next((f for f in (4, 3, 2) if n % f == 0 and np.array_equal(
+            np.repeat(np.take(table, np.arange(0, n, f), axis=d), f, axis=d), table)), 1)
+        factors.append(f)
+        if f > 1:
+            table = np.take(table, np.arange(0, n, f), axis=d)
+    return (table, tuple(factors)) if any(f > 1 for f in factors) else None
+
+
+def _upsample_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
+    """Edge/reflect padding of a nearest-neighbour upsampling of a box (candy's decoder: resize
+    x2 then reflection pad, which the rewrites compose into one view): box steps, then
+    unsqueeze + expand + reshape per upsampled dim, then the pad."""
+    if (table < 0).any() or len(m.out_shape) != len(m.in_shape):
+        return None
+    for mode in ("none", "reflect", "edge"):
+        pads = [(0, 0)] * table.ndim if mode == "none" else None
+        options = ([[p] for p in pads] if pads is not None else
+                   [[(b, b) for b in range(4) if 2 * b < n] if n != k else [(0, 0)]
+                    for n, k in zip(table.shape, m.in_shape)])
+        for pad in itertools.islice(itertools.product(*options), 256):
+            if mode != "none" and not any(b for b, _ in pad):
+                continue
+            core = table[tuple(slice(b, n - e) for (b, e), n in zip(pad, table.shape))]
+            if mode != "none" and not np.array_equal(np.pad(core, pad, mode=mode), table):
+                continue
+            found = _repeats(core)
+            if found is None:
+                continue
+            small, factors = found
+            steps = _box_steps(m.in_shape, small, 0.0)
+            if steps is None:
+                continue
+            shape = small.shape
+            split = tuple(x for n, f in zip(shape, factors) for x in ((n, 1) if f > 1 else (n,)))
+            grown = tuple(x for n, f in zip(shape, factors) for x in ((n, f) if f > 1 else (n,)))
+            steps += [Step("reshape", shape=split), Step("expand", shape=grown),
+                      Step("reshape", shape=tuple(n * f for n, f in zip(shape, factors)))]
+            if mode != "none":
+                steps.append(Step("pad", begins=tuple(b for b, _ in pad), ends=tuple(e for _, e in pad), mode=mode))
+            plan = _verified(m, table, "upsample" + ("" if mode == "none" else f"-pad-{mode}"), _tidy(m.in_shape, steps))
+            if plan is not None:
+                return plan
+    return None
 
 
 def _gather_plan(m: IndexMap, table: np.ndarray) -> ViewPlan:
@@ -437,7 +500,7 @@ def _plan(m: IndexMap) -> ViewPlan:
     table = flat_table(m)
     if math.prod(m.in_shape) == 0 or table.size == 0:
         return _gather_plan(m, table)
-    for rec in (_simple_plan, _slice_plan, _permutation_plan, _pad_plan, _box_plan):
+    for rec in (_simple_plan, _slice_plan, _permutation_plan, _pad_plan, _box_plan, _upsample_plan):
         plan = rec(m, table)
         if plan is not None:
             return plan

@@ -98,3 +98,19 @@ def test_split_heads_then_slice_then_pad_is_a_padded_box():
     x = np.arange(108, dtype=np.float32).reshape(1, 12, 3, 3)
     want = np.pad(x.reshape(1, 2, 6, 9).transpose(0, 1, 3, 2)[..., 4:6], [(0, 0)] * 3 + [(0, 1)], constant_values=1.0)
     assert np.array_equal(apply_numpy(plan, x), want)
+
+
+def test_upsample_then_reflect_pad_is_expand_and_pad_not_a_gather():
+    """candy's decoder: nearest resize x2, then a reflection pad of 1, composed into one view."""
+    from kernorch.ir import index as ix
+
+    shape = (1, 3, 4, 5)
+    out = (1, 3, 8, 10)
+    idx = (ix.var(0), ix.var(1), ix.floordiv(ix.var(2), 2, out), ix.floordiv(ix.var(3), 2, out))
+    upsample = layout.IndexMap(out, shape, idx)
+    m = layout.pad(out, (0, 0, 1, 1), (0, 0, 1, 1), "reflect", 0.0).compose(upsample)
+    plan = plan_view(m)
+    assert plan.kind == "upsample-pad-reflect" and all(st.op != "gather" for st in plan.steps)
+    x = np.arange(60, dtype=np.float32).reshape(shape)
+    want = np.pad(x.repeat(2, axis=2).repeat(2, axis=3), [(0, 0), (0, 0), (1, 1), (1, 1)], mode="reflect")
+    assert np.array_equal(apply_numpy(plan, x), want)
