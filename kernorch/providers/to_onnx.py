@@ -345,6 +345,10 @@ class _Emitter:
             return self.node("Transpose", [x], perm=list(st.perm))
         if st.op == "expand":
             return self.node("Expand", [x, i64(st.shape)])
+        if st.op == "upsample":
+            scales = self.const(np.array(st.shape, dtype=np.float32))
+            return self.node("Resize", [x, "", scales], mode="nearest", nearest_mode="floor",
+                             coordinate_transformation_mode="asymmetric")
         if st.op == "slice":
             starts, ends, steps = [], [], []
             for s, a, c in zip(st.starts, st.steps, st.counts):

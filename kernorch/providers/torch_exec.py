@@ -322,6 +322,12 @@ def _view_step(st: Step) -> Callable[[torch.Tensor], torch.Tensor]:
         return lambda t: t.permute(st.perm)
     if st.op == "expand":
         return lambda t: t.expand(st.shape)
+    if st.op == "upsample":
+        def upsample(t):
+            for d, f in enumerate(st.shape):
+                t = t.repeat_interleave(f, dim=d) if f > 1 else t
+            return t
+        return upsample
     if st.op == "slice":
         def sl(t):
             for d, (s, a, c) in enumerate(zip(st.starts, st.steps, st.counts)):

@@ -30,6 +30,7 @@ class Step:
     - ``slice``: ``starts, steps, counts`` per dim (``out[i] = in[start + step*i]``, steps may be < 0)
     - ``expand``: ``shape`` (size-1 dims grow)
     - ``pad``: ``begins, ends`` (>= 0), ``mode`` (constant / reflect / edge), ``value``
+    - ``upsample``: ``shape`` holds an integer factor per dim (nearest neighbour: out[i] = in[i // f])
     - ``gather``: ``table`` (int64, out shape: flat input offsets), ``mask`` (bool or None), ``value``
     """
 
@@ -223,6 +224,8 @@ def _shape_after(shape: tuple[int, ...], st: Step) -> tuple[int, ...]:
         return st.counts
     if st.op == "pad":
         return tuple(n + b + e for n, b, e in zip(shape, st.begins, st.ends))
+    if st.op == "upsample":
+        return tuple(n * f for n, f in zip(shape, st.shape))
     return st.table.shape
 
 
@@ -241,6 +244,10 @@ def _replay(in_shape: tuple[int, ...], steps: list[Step]) -> IndexMap | None:
             nxt = layout.slice_(shape, st.starts, st.steps, st.counts)
         elif st.op == "pad":
             nxt = layout.pad(shape, st.begins, st.ends, st.mode, st.value)
+        elif st.op == "upsample":
+            out = _shape_after(shape, st)
+            nxt = IndexMap(out, shape, tuple(ix.floordiv(ix.var(d), f, out) if f > 1 else ix.var(d)
+                                             for d, f in enumerate(st.shape)))
         else:
             return None
         m = nxt.compose(m)
@@ -442,8 +449,8 @@ def _repeats(table: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
 
 def _upsample_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
     """Edge/reflect padding of a nearest-neighbour upsampling of a box (candy's decoder: resize
-    x2 then reflection pad, which the rewrites compose into one view): box steps, then
-    unsqueeze + expand + reshape per upsampled dim, then the pad."""
+    x2 then reflection pad, which the rewrites compose into one view): box steps, an upsample
+    step (ONNX Resize, which runtimes run as interpolation kernels), then the pad."""
     if (table < 0).any() or len(m.out_shape) != len(m.in_shape):
         return None
     for mode in ("none", "reflect", "edge"):
@@ -464,11 +471,7 @@ def _upsample_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
             steps = _box_steps(m.in_shape, small, 0.0)
             if steps is None:
                 continue
-            shape = small.shape
-            split = tuple(x for n, f in zip(shape, factors) for x in ((n, 1) if f > 1 else (n,)))
-            grown = tuple(x for n, f in zip(shape, factors) for x in ((n, f) if f > 1 else (n,)))
-            steps += [Step("reshape", shape=split), Step("expand", shape=grown),
-                      Step("reshape", shape=tuple(n * f for n, f in zip(shape, factors)))]
+            steps.append(Step("upsample", shape=factors))
             if mode != "none":
                 steps.append(Step("pad", begins=tuple(b for b, _ in pad), ends=tuple(e for _, e in pad), mode=mode))
             plan = _verified(m, table, "upsample" + ("" if mode == "none" else f"-pad-{mode}"), _tidy(m.in_shape, steps))
@@ -527,6 +530,9 @@ def apply_numpy(plan: ViewPlan, x: np.ndarray) -> np.ndarray:
         elif st.op == "pad":
             kw = {"constant_values": st.value} if st.mode == "constant" else {}
             x = np.pad(x, list(zip(st.begins, st.ends)), mode=st.mode, **kw)
+        elif st.op == "upsample":
+            for d, f in enumerate(st.shape):
+                x = x.repeat(f, axis=d) if f > 1 else x
         elif st.op == "gather":
             y = x.reshape(-1)[st.table] if x.size else np.zeros(st.table.shape, x.dtype)
             x = y if st.mask is None else np.where(st.mask, y, np.array(st.value).astype(x.dtype))

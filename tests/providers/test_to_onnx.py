@@ -5,6 +5,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from kernorch.ir import index as ix
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder, TensorType
 from kernorch.ir.prims import BINARY, UNARY, CastAttrs, ConvAttrs, Op
@@ -116,6 +117,11 @@ VIEWS = {
     "pad reflect": (layout.pad((1, 2, 5, 6), (0, 0, 1, 2), (0, 0, 2, 1), "reflect"), "pad-reflect"),
     "pad edge": (layout.pad((1, 2, 5, 6), (0, 0, 1, 2), (0, 0, 2, 1), "edge"), "pad-edge"),
     "crop and pad": (layout.pad((3, 5), (-1, 2), (1, -2), "constant", 0.0), "pad-constant"),
+    "slice then split heads": (layout.permute((3, 2, 3), (1, 0, 2)).compose(layout.reshape((3, 6), (3, 2, 3)).compose(
+        layout.slice_((3, 12), (0, 6), (1, 1), (3, 6)))), "box"),
+    "upsample then reflect pad": (layout.pad((1, 2, 6, 8), (0, 0, 1, 1), (0, 0, 1, 1), "reflect").compose(
+        layout.IndexMap((1, 2, 6, 8), (1, 2, 3, 4), (ix.var(0), ix.var(1), ix.floordiv(ix.var(2), 2, (1, 2, 6, 8)),
+                                                      ix.floordiv(ix.var(3), 2, (1, 2, 6, 8))))), "upsample-pad-reflect"),
     "window (im2col)": (layout.window((1, 2, 5, 5), (3, 3), (2, 2), (1, 1), (1, 1), (3, 3)), "gather"),
     "take": (layout.take((4, 5), 1, np.array([[3, 0], [1, 1]])), "gather"),
 }

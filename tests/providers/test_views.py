@@ -114,3 +114,25 @@ def test_upsample_then_reflect_pad_is_expand_and_pad_not_a_gather():
     x = np.arange(60, dtype=np.float32).reshape(shape)
     want = np.pad(x.repeat(2, axis=2).repeat(2, axis=3), [(0, 0), (0, 0), (1, 1), (1, 1)], mode="reflect")
     assert np.array_equal(apply_numpy(plan, x), want)
+
+
+def test_torch_steps_agree_with_numpy_on_upsample_and_box():
+    import torch
+
+    from kernorch.ir import index as ix
+    from kernorch.providers.torch_exec import _view_step
+
+    out = (1, 2, 6, 8)
+    up = layout.IndexMap(out, (1, 2, 3, 4), (ix.var(0), ix.var(1), ix.floordiv(ix.var(2), 2, out),
+                                              ix.floordiv(ix.var(3), 2, out)))
+    maps = [layout.pad(out, (0, 0, 1, 1), (0, 0, 1, 1), "reflect").compose(up),
+            _compose((1, 12, 3, 3), lambda s: layout.reshape(s, (1, 2, 6, 9)),
+                     lambda s: layout.permute(s, (0, 1, 3, 2)),
+                     lambda s: layout.slice_(s, (0, 0, 0, 4), (1, 1, 1, 1), (1, 2, 9, 2)))]
+    for m in maps:
+        plan = plan_view(m)
+        x = np.random.default_rng(0).standard_normal(m.in_shape).astype(np.float32)
+        t = torch.from_numpy(x)
+        for st in plan.steps:
+            t = _view_step(st)(t)
+        assert np.array_equal(t.numpy(), apply_numpy(plan, x)), plan.kind
