@@ -20,6 +20,10 @@ class Knobs:
     max_segment_sets: int = 800
     """Enumerated sets per segment; past it the segment's size bound is lowered (dense segments
     otherwise give binary programs HiGHS cannot close in time)."""
+    max_candidates: int | None = None
+    """Enumerated sets for the whole model, shared out evenly over the segments (lowering
+    `max_segment_sets`, never below 50 each): a tuning budget, since every candidate is measured
+    under measured costs. None: no budget beyond `max_segment_sets`."""
     multi_output: bool = True
     """Also enumerate multi-output candidates (Korch: single-output only)."""
     greedy_max_kernel_nodes: int = 64
@@ -38,5 +42,9 @@ class Knobs:
     region_join_saving_s: float = 20e-6
     """Estimated saving of joining two adjacent regions (one dispatch fewer), used only to pick
     which runs to price for real."""
+    region_prune_gain: float = 2.0
+    """When deciding which segments to tune, assume fusion makes a segment's kernel plan at most
+    this much faster than its measured per-operator kernels: a region cheaper than that is taken
+    without tuning the segment (measured compiles with regions only)."""
     solver_backend: str = "highs"
     """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

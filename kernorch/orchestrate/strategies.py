@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from kernorch.errors import KernorchError
 from kernorch.orchestrate.baselines import (
@@ -42,13 +42,15 @@ def orchestrate(
     key_fn: KeyFn | None = None,
     knobs: Knobs = Knobs(),
     region_cost: CostFn | None = None,
+    plan_floor: Callable[[frozenset[int]], float] | None = None,
 ) -> Plan:
     """Plan `dag` with `strategy`. `cost(candidate)` gives seconds or None (cannot be built);
     `can_generate` is the code generator's feasibility hook; `key_fn` gives a canonical kernel
     key, and both hooks and the cost run once per distinct key. Nodes no output depends on are
     dropped first (Dag.without_dead). `region_cost(candidate)` prices a run of whole segments in
     an external runtime; given (and `knobs.regions`), `optimal` may hand such runs over
-    (regions.py)."""
+    (regions.py). `plan_floor(segment nodes)`, if given, is a lower bound the region choice
+    assumes for a segment's kernel plan (for choosing what to tune before measuring)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if cost is None:
@@ -57,7 +59,7 @@ def orchestrate(
     pricer = Pricer(cost, can_generate, key_fn, region_cost if knobs.regions else None)
     t0 = time.perf_counter()
     if strategy == "optimal":
-        return _optimal(live, pricer, knobs, t0)
+        return _optimal(live, pricer, knobs, t0, plan_floor)
     blocks = _baseline_blocks(live, strategy, pricer, knobs)
     kernels = order_blocks(live, blocks)
     return build_plan(live, kernels, _prices(pricer, kernels), strategy, stats=_stats(pricer, t0))
@@ -96,10 +98,14 @@ def _stats(pricer: Pricer, t0: float, **extra: float) -> dict[str, float]:
     }
 
 
-def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
+def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
+             plan_floor: Callable[[frozenset[int]], float] | None = None) -> Plan:
     """Per segment: enumerate, add baseline seeds, price, solve (once per distinct segment
     program); concatenate the segments' kernels (segments are independent, see partition.py)."""
     segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width)
+    if knobs.max_candidates is not None and segments:
+        share = max(50, knobs.max_candidates // len(segments))
+        knobs = dataclasses.replace(knobs, max_segment_sets=min(knobs.max_segment_sets, share))
     baselines: list[list[frozenset[int]]] = []
     if knobs.seed_baselines:
         baselines = [_baseline_blocks(dag, s, pricer, knobs) for s in ("per-operator", "greedy")]
@@ -139,7 +145,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
         seg_costs.append([prices[k] for k in sol.chosen])
     t_solve = time.perf_counter() - t
     t = time.perf_counter()
-    kernels, costs, regions = _with_regions(dag, segments, seg_kernels, seg_costs, pricer, knobs)
+    kernels, costs, regions = _with_regions(dag, segments, seg_kernels, seg_costs, pricer, knobs, plan_floor)
     t_regions = time.perf_counter() - t
     n_cands = sum(len(w[1]) for w in work)
     stats = _stats(
@@ -164,6 +170,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float) -> Plan:
 
 def _with_regions(dag: Dag, segments: Sequence[Segment], seg_kernels: Sequence[Sequence[Candidate]],
                   seg_costs: Sequence[Sequence[float]], pricer: Pricer, knobs: Knobs,
+                  plan_floor: Callable[[frozenset[int]], float] | None = None,
                   ) -> tuple[list[Candidate], list[float], list[int]]:
     """Concatenate the segments' kernel plans, with the runs of segments that are cheaper as one
     external-runtime region replaced by that region (regions.py). Returns kernels, costs and the
@@ -173,7 +180,10 @@ def _with_regions(dag: Dag, segments: Sequence[Segment], seg_kernels: Sequence[S
         def region(i: int, j: int) -> Candidate:
             return multi_output(dag, [n for s in segments[i:j + 1] for n in s.nodes])
 
-        runs = choose_regions([sum(c) for c in seg_costs], lambda i, j: pricer.price_region(region(i, j)),
+        plan_costs = [sum(c) for c in seg_costs]
+        if plan_floor is not None:
+            plan_costs = [max(c, plan_floor(frozenset(seg.nodes))) for c, seg in zip(plan_costs, segments)]
+        runs = choose_regions(plan_costs, lambda i, j: pricer.price_region(region(i, j)),
                               knobs.region_join_saving_s)
     starts = {i: j for i, j in runs}
     kernels: list[Candidate] = []

@@ -32,6 +32,9 @@ from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, 
 from kernorch.runtime.model import CompiledModel
 
 COSTS = ("measured", "model")
+# Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
+# about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
+TUNING_BUDGET = 3000
 
 
 @dataclass
@@ -97,7 +100,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool = False, cuda_options: Any = None,
-            providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True) -> CompiledModel:
+            providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
+            tuning_budget: int | None = TUNING_BUDGET) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
     if strategy not in STRATEGIES:
@@ -115,6 +119,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     knobs = knobs or Knobs()
     if not regions:
         knobs = dataclasses.replace(knobs, regions=False)
+    if cost == "measured" and knobs.max_candidates is None and tuning_budget is not None:
+        knobs = dataclasses.replace(knobs, max_candidates=tuning_budget)
     rep = CompileReport(strategy, cost)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
@@ -162,25 +168,30 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     estimate and provider regions by measurement (regions.py) and records which candidates the
     strategy prices, leaving out those of segments it hands to a region: with regions, the
     estimate is the roofline scaled to this machine's measured per-operator kernels (their total
-    measured time over their total roofline time), so a segment is tuned only when its kernels
-    might beat the region. The recorded candidates are measured in batches, the strategy runs
+    measured time over their total roofline time), and a segment's plan is assumed no faster than
+    its measured per-operator kernels divided by ``knobs.region_prune_gain``, so a segment is
+    tuned only when its kernels might beat the region. The recorded candidates are measured in batches, the strategy runs
     again on measured costs (the estimate standing in for anything unmeasured), and any kernel
     of the plan still unmeasured is measured and the strategy rerun, so every kernel of the final
     plan was verified and timed. Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
     region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
+    floor = None
     if region_cost is not None and knobs.regions and strategy == "optimal" and hasattr(measured, "has"):
-        scale = _roofline_scale(dag, rough, measured, key_fn, knobs, progress, where)
+        scale, per_op = _roofline_scale(dag, rough, measured, key_fn, knobs, progress, where)
         rep.roofline_scale = scale
         rough = _scaled(rough, scale)
+
+        def floor(nodes: frozenset[int]) -> float:
+            return sum(t for c, t in per_op if c.nodes <= nodes) / knobs.region_prune_gain
     seen: list[Candidate] = []
 
     def record(c: Candidate) -> float | None:
         seen.append(c)
         return rough(c)
 
-    first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost)
+    first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost, floor)
     handed = {n for k in first.regions for n in first.kernels[k].nodes}
     todo = [c for c in seen if not c.nodes <= handed]
     rep.candidates = len(todo)
@@ -258,18 +269,17 @@ def _scaled(cost, scale: float):
     return scaled
 
 
-def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, where: str) -> float:
+def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, where: str):
     """Measured over roofline time, summed over the per-operator plan's kernels (measured here;
-    the optimal strategy's candidates include them anyway)."""
+    the optimal strategy's candidates include them anyway), and those kernels with their times."""
     per_op = orchestrate(dag, "per-operator", rough, measured.can_generate, key_fn, knobs)
     with _progress_bar(progress, f"calibrating on {len(per_op.kernels)} kernels{where}") as update:
         measured.progress = update
         measured.prefetch(per_op.kernels)
-    pairs = [(measured(c), rough(c)) for c in per_op.kernels]
-    pairs = [(m, r) for m, r in pairs if m is not None and r]
-    if not pairs:
-        return 1.0
-    return sum(m for m, _ in pairs) / sum(r for _, r in pairs)
+    timed = [(c, measured(c), rough(c)) for c in per_op.kernels]
+    timed = [(c, m, r) for c, m, r in timed if m is not None and r]
+    scale = sum(m for _, m, _ in timed) / sum(r for _, _, r in timed) if timed else 1.0
+    return scale, [(c, m) for c, m, _ in timed]
 
 
 _ROOFLINE: RooflineCost | None = None
