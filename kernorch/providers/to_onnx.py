@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Op, Prim, ValueId
 from kernorch.providers.base import ProviderError
@@ -76,7 +77,7 @@ def export(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId] | No
     baked = frozenset(v for v in sub.inputs if bake_constants and v in g.constants)
     opaque_opsets = [p.attrs.opset for p in sub.prims if p.op is Op.OPAQUE]
     opset = max([opset] + opaque_opsets)
-    em = _Emitter(sub, opset)
+    em = _Emitter(sub, opset, g.constants)
     feeds: list[str | None] = []
     graph_inputs = []
     for v in sub.inputs:
@@ -113,8 +114,9 @@ def _onnx_dtype(dtype: str) -> int:
 class _Emitter:
     """Appends nodes for one prim at a time; value ``v`` is named ``v{v}``."""
 
-    def __init__(self, sub: Graph, opset: int) -> None:
+    def __init__(self, sub: Graph, opset: int, constants=None) -> None:
         self.sub, self.opset = sub, opset
+        self.consts = {**(constants or {}), **sub.constants}
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.domains: set[str] = set()
@@ -244,6 +246,7 @@ class _Emitter:
                 y = self._mod(a, b, common)
             else:
                 y = (self._mean(p) or self._divide(p)) if op is Op.MUL and common == want else None
+                y = y or (self._resize(p) if op is Op.ADD and common == want else None)
                 y = y or self.node(_BINARY[op], [a, b])
         have = "bool" if op in COMPARE or op in LOGICAL else common
         self.node("Identity", [self.cast(y, have, want)], out)
@@ -282,6 +285,65 @@ class _Emitter:
                     and x not in self.lazy and self.sub.types[x].shape == full
                     and self.dtype(x) == self.dtype(r) == self.dtype(q.inputs[0])):
                 return self.node("Div", [self.value(x), self.value(q.inputs[0])])
+        return None
+
+    def _resize(self, p: Prim) -> str | None:
+        """``take(x, taps0) * w0 + take(x, taps1) * w1`` along one axis, as fission spells a linear
+        Resize, back as one ONNX Resize when its interpolation matrix is exactly that of a linear
+        resize with a standard coordinate mode (runtimes run it as one interpolation kernel);
+        None otherwise."""
+        terms = []
+        for v in p.inputs:
+            q = self.producer.get(v)
+            if q is not None and q.op is Op.VIEW:
+                terms.append((q, None))
+                continue
+            if q is None or q.op is not Op.MUL:
+                return None
+            found = None
+            for a, c in (q.inputs, q.inputs[::-1]):
+                while c in self.producer and self.producer[c].op is Op.BROADCAST:
+                    c = self.producer[c].inputs[0]
+                qa = self.producer.get(a)
+                if qa is not None and qa.op is Op.VIEW and c in self.consts:
+                    found = (qa, np.asarray(self.consts[c], dtype=np.float64))
+                    break
+            if found is None:
+                return None
+            terms.append(found)
+        sources = {view.inputs[0] for view, _ in terms}
+        if len(sources) != 1:
+            return None
+        x = sources.pop()
+        shape_in, shape_out = self.sub.types[x].shape, self.sub.types[p.output].shape
+        axes = [k for k, (a, b) in enumerate(zip(shape_in, shape_out)) if a != b]
+        if len(shape_in) != len(shape_out) or len(axes) != 1:
+            return None
+        d = axes[0]
+        n_in, n_out = shape_in[d], shape_out[d]
+        grid = [np.arange(n, dtype=np.int64).reshape([n if a == k else 1 for a in range(len(shape_out))])
+                for k, n in enumerate(shape_out)]
+        interp = np.zeros((n_out, n_in))
+        for view, w in terms:
+            m = view.attrs.map
+            if m.in_shape != shape_in or m.out_shape != shape_out or m.mask:
+                return None
+            vals = [np.broadcast_to(np.asarray(ix.evaluate(e, grid), dtype=np.int64), shape_out) for e in m.index]
+            if any(not np.array_equal(vals[k], np.broadcast_to(grid[k], shape_out)) for k in range(len(vals)) if k != d):
+                return None
+            taps = np.clip(vals[d][tuple(slice(None) if k == d else 0 for k in range(len(shape_out)))], 0, n_in - 1)
+            if w is None:
+                weights = np.ones(n_out)
+            elif w.ndim == len(shape_out) and w.shape[d] == n_out and w.size == n_out:
+                weights = w.reshape(-1)
+            else:
+                return None
+            np.add.at(interp, (np.arange(n_out), taps), weights)
+        for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"):
+            if np.allclose(interp, _linear_resize_matrix(mode, n_in, n_out), rtol=0, atol=1e-6):
+                sizes = self.const(np.array(shape_out, dtype=np.int64))
+                return self.node("Resize", [self.value(x), "", "", sizes], mode="linear",
+                                 coordinate_transformation_mode=mode)
         return None
 
     def _mod(self, a: str, b: str, dtype: str) -> str:
@@ -375,3 +437,26 @@ def _fill(value: float, dtype: str) -> np.ndarray:
     if np.dtype(dtype) == np.bool_:
         return np.array(bool(value))
     return np.array(value).astype(dtype)
+
+
+def _linear_resize_matrix(mode: str, n_in: int, n_out: int) -> np.ndarray:
+    """out = M @ in for ONNX's 1-D linear Resize to ``n_out`` (sizes given, so scale = n_out /
+    n_in), source coordinates clamped to the input (edge padding)."""
+    o = np.arange(n_out, dtype=np.float64)
+    scale = n_out / n_in
+    if mode == "half_pixel":
+        x = (o + 0.5) / scale - 0.5
+    elif mode == "pytorch_half_pixel":
+        x = (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    elif mode == "align_corners":
+        x = o * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    else:
+        x = o / scale
+    x = np.clip(x, 0, n_in - 1)
+    lo = np.floor(x).astype(np.int64)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = x - lo
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.arange(n_out), lo), 1 - frac)
+    np.add.at(m, (np.arange(n_out), hi), frac)
+    return m

@@ -48,6 +48,8 @@ def view_chain(p: Prim, ctx: Ctx) -> Replacement | None:
     q = ctx.producer(p.inputs[0])
     if q is None or q.op is not Op.VIEW:
         return None
+    if _is_shared_upsampling_tap(p, ctx):
+        return None
     m = p.attrs.map.compose(q.attrs.map)
     if m is None:
         return None
@@ -56,6 +58,17 @@ def view_chain(p: Prim, ctx: Ctx) -> Replacement | None:
         return ctx.replace(None, x)
     b = ctx.builder()
     return ctx.replace(b, b.view(x, m))
+
+
+def _is_shared_upsampling_tap(p: Prim, ctx: Ctx) -> bool:
+    """A view that grows one axis (an interpolation tap of a Resize) over a view other taps share:
+    kept apart, so exporters still see ``take(x, taps) * w + ...`` over one tensor and can hand
+    it to a runtime as one Resize (composing gains nothing in a fused kernel either)."""
+    m = p.attrs.map
+    if len(m.in_shape) != len(m.out_shape) or m.mask or ctx.uses(p.inputs[0]) < 2:
+        return False
+    grown = [a < b for a, b in zip(m.in_shape, m.out_shape)]
+    return sum(grown) == 1 and all(a <= b for a, b in zip(m.in_shape, m.out_shape))
 
 
 def broadcast_noop(p: Prim, ctx: Ctx) -> Replacement | None:

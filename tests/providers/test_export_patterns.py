@@ -76,3 +76,25 @@ def test_a_broadcast_that_leaves_the_kernel_is_expanded():
     built = OrtProvider(1).build(g, members, list(g.outputs))
     ok, _, detail = verify(built, g, members, list(g.outputs))
     assert ok, detail
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric"])
+def test_linear_resize_exports_as_one_resize_per_axis(coord):
+    """Fission spells a linear Resize as taps * weights per axis; the export gives it back to
+    runtimes as Resize (OpenVINO runs Interpolate, not gathers), even after a transpose."""
+    shape = [1, 4, 6, 5]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Resize", ["t", "", "", "sizes"], ["y"], mode="linear",
+                              coordinate_transformation_mode=coord)]
+    sizes = numpy_helper.from_array(np.array([1, 5, 12, 8], dtype=np.int64), "sizes")
+    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 12, 8])], [sizes])
+    g, _ = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    members = {p.output for p in g.prims}
+    k = export(g, members, list(g.outputs))
+    linear = [n for n in k.model.graph.node
+              if n.op_type == "Resize" and any(a.name == "mode" and a.s == b"linear" for a in n.attribute)]
+    assert len(linear) == 2, [n.op_type for n in k.model.graph.node]
+    built = OrtProvider(1).build(g, members, list(g.outputs))
+    ok, err, detail = verify(built, g, members, list(g.outputs))
+    assert ok, detail
