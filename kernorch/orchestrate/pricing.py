@@ -54,12 +54,15 @@ class Pricer:
         """Seconds, or None when the candidate cannot be generated or the cost declines it."""
         if not self.can_generate(cand):
             return None
+        return self._memoized(self._prices, self._cost, cand)
+
+    def _memoized(self, store: dict[str, float | None], fn: CostFn, cand: Candidate) -> float | None:
         k = self.key(cand)
-        if k not in self._prices:
+        if k not in store:
             self.cost_calls += 1
-            c = self._cost(cand)
-            self._prices[k] = None if c is None else float(c)
-        return self._prices[k]
+            c = fn(cand)
+            store[k] = None if c is None else float(c)
+        return store[k]
 
     @property
     def prices_regions(self) -> bool:
@@ -69,12 +72,7 @@ class Pricer:
         """Seconds for running ``cand`` whole in an external runtime (regions.py), or None."""
         if self._region_cost is None:
             return None
-        k = self.key(cand)
-        if k not in self._region_prices:
-            self.cost_calls += 1
-            c = self._region_cost(cand)
-            self._region_prices[k] = None if c is None else float(c)
-        return self._region_prices[k]
+        return self._memoized(self._region_prices, self._region_cost, cand)
 
     @property
     def distinct_keys(self) -> int:
