@@ -21,7 +21,8 @@ from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Op, Prim, ValueId
 from kernorch.providers.base import ProviderError
-from kernorch.providers.views import Step, plan_view, slice_bounds
+from kernorch.providers.views import Step, plan_view, shape_after, slice_bounds
+
 
 OPSET = 17
 INT64_MIN = -(2**63)
@@ -247,6 +248,7 @@ class _Emitter:
             else:
                 y = (self._mean(p) or self._divide(p)) if op is Op.MUL and common == want else None
                 y = y or (self._resize(p) if op is Op.ADD and common == want else None)
+                y = y or (self._softmax(p) if op is Op.DIV and common == want else None)
                 y = y or self.node(_BINARY[op], [a, b])
         have = "bool" if op in COMPARE or op in LOGICAL else common
         self.node("Identity", [self.cast(y, have, want)], out)
@@ -346,6 +348,31 @@ class _Emitter:
                                  coordinate_transformation_mode=mode)
         return None
 
+    def _through_broadcasts(self, v: ValueId) -> ValueId:
+        while v in self.producer and self.producer[v].op is Op.BROADCAST:
+            v = self.producer[v].inputs[0]
+        return v
+
+    def _softmax(self, p: Prim) -> str | None:
+        """``e / sum(e)`` with ``e = exp(x - max(x))`` over one axis, as fission spells Softmax,
+        back as one ONNX Softmax (runtimes fuse attention around it); None otherwise."""
+        e, s = p.inputs
+        q_sum = self.producer.get(self._through_broadcasts(s))
+        q_exp = self.producer.get(e)
+        if q_sum is None or q_sum.op is not Op.SUM or q_sum.inputs[0] != e or q_exp is None or q_exp.op is not Op.EXP:
+            return None
+        q_sub = self.producer.get(q_exp.inputs[0])
+        if q_sub is None or q_sub.op is not Op.SUB:
+            return None
+        x, m = q_sub.inputs
+        q_max = self.producer.get(self._through_broadcasts(m))
+        axes = tuple(q_sum.attrs.axes)
+        if (q_max is None or q_max.op is not Op.RMAX or q_max.inputs[0] != x or tuple(q_max.attrs.axes) != axes
+                or len(axes) != 1 or self.sub.types[x].shape != self.sub.types[p.output].shape
+                or np.dtype(self.dtype(x)).kind != "f"):
+            return None
+        return self.node("Softmax", [self.value(x)], axis=int(axes[0]))
+
     def _mod(self, a: str, b: str, dtype: str) -> str:
         """NumPy's mod (sign of the divisor): integer Mod(fmod=0); floats take C fmod and shift."""
         if np.dtype(dtype).kind in "iu":
@@ -395,14 +422,24 @@ class _Emitter:
     def _view(self, p: Prim, x: str, dtype: str, out: str) -> None:
         plan = plan_view(p.attrs.map)
         self.views[plan.kind] += 1
+        shape = p.attrs.map.in_shape
         for st in plan.steps:
-            x = self._step(st, x, dtype)
+            x = self._step(st, x, dtype, shape)
+            shape = shape_after(shape, st)
         self.node("Identity", [x], out)
 
-    def _step(self, st: Step, x: str, dtype: str) -> str:
+    def _step(self, st: Step, x: str, dtype: str, shape: tuple[int, ...]) -> str:
         i64 = lambda v: self.const(np.array(v, dtype=np.int64))  # noqa: E731
         if st.op == "reshape":
             return self.node("Reshape", [x, i64(st.shape)])
+        if st.op == "transpose" and len(shape) == 2 and min(shape) > 1:
+            # A 2-D transpose is one of OpenVINO's slow paths (a [16384, 256] one took 28 ms,
+            # the same data as [128, 128, 256] -> (2, 0, 1) 4.5 ms): split the first dim.
+            a, b = shape
+            a1 = max(d for d in range(1, math.isqrt(a) + 1) if a % d == 0)
+            y = self.node("Reshape", [x, i64([a1, a // a1, b])])
+            y = self.node("Transpose", [y], perm=[2, 0, 1])
+            return self.node("Reshape", [y, i64([b, a])])
         if st.op == "transpose":
             return self.node("Transpose", [x], perm=list(st.perm))
         if st.op == "expand":

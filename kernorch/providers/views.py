@@ -205,17 +205,17 @@ def _tidy(shape: tuple[int, ...], steps: list[Step]) -> list[Step]:
         if st.op == "reshape" and st.shape == shape:
             continue
         out.append(st)
-        shape = _shape_after(shape, st)
+        shape = shape_after(shape, st)
     return out
 
 
 def _shape_before(start: tuple[int, ...], steps: list[Step]) -> tuple[int, ...]:
     for st in steps:
-        start = _shape_after(start, st)
+        start = shape_after(start, st)
     return start
 
 
-def _shape_after(shape: tuple[int, ...], st: Step) -> tuple[int, ...]:
+def shape_after(shape: tuple[int, ...], st: Step) -> tuple[int, ...]:
     if st.op in ("reshape", "expand"):
         return st.shape
     if st.op == "transpose":
@@ -245,7 +245,7 @@ def _replay(in_shape: tuple[int, ...], steps: list[Step]) -> IndexMap | None:
         elif st.op == "pad":
             nxt = layout.pad(shape, st.begins, st.ends, st.mode, st.value)
         elif st.op == "upsample":
-            out = _shape_after(shape, st)
+            out = shape_after(shape, st)
             nxt = IndexMap(out, shape, tuple(ix.floordiv(ix.var(d), f, out) if f > 1 else ix.var(d)
                                              for d, f in enumerate(st.shape)))
         else:

@@ -98,3 +98,21 @@ def test_linear_resize_exports_as_one_resize_per_axis(coord):
     built = OrtProvider(1).build(g, members, list(g.outputs))
     ok, err, detail = verify(built, g, members, list(g.outputs))
     assert ok, detail
+
+
+def test_softmax_and_2d_transpose_export_as_runtimes_expect():
+    """Fission's softmax goes back as one Softmax (runtimes fuse attention around it); a 2-D
+    transpose goes out as a 3-D one (OpenVINO's 2-D transpose is a slow path)."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Softmax", ["t"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "sm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 12])])
+    g, _ = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    members = {p.output for p in g.prims}
+    k = export(g, members, list(g.outputs))
+    ops = collections.Counter(n.op_type for n in k.model.graph.node)
+    assert ops["Softmax"] == 1, ops
+    assert all(len(a.ints) == 3 for n in k.model.graph.node if n.op_type == "Transpose" for a in n.attribute)
+    built = OrtProvider(1).build(g, members, list(g.outputs))
+    ok, err, detail = verify(built, g, members, list(g.outputs))
+    assert ok, detail
