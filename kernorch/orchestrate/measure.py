@@ -109,6 +109,12 @@ def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = No
     return float(timer(lambda: kernel._run(ins, outs), getattr(kernel, "provider", "c")))
 
 
+def _db_record(r) -> Record:
+    """A provider's attempt (select.ProviderRecord) as a tuning-database record."""
+    status = {"wrong": "verify_failed"}.get(r.status, r.status)
+    return Record(r.provider, r.seconds if r.status == "ok" else None, status, (r.reason or "")[:300])
+
+
 def codegen_provider(kernel) -> str:
     """Database name of a kernel built by kernorch's own code generator."""
     return f"codegen:{getattr(kernel, 'provider', 'c')}"
@@ -206,10 +212,7 @@ class MeasuredCost:
             whole = []
         if whole:
             _, _, records = best_provider(self.g, cand.nodes, outs, whole, self.timer, reference=reference)
-            for r in records:
-                status = {"wrong": "verify_failed"}.get(r.status, r.status)
-                recs[r.provider] = Record(r.provider, r.seconds if r.status == "ok" else None, status,
-                                          (r.reason or "")[:300])
+            recs.update((r.provider, _db_record(r)) for r in records)
         if not recs:
             recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider runs whole regions")
         self.stats.measured += 1
@@ -313,12 +316,8 @@ class MeasuredCost:
                 recs[name] = Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
         if self._external(cand) and reference is not None:
             _, _, records = best_provider(self.g, cand.nodes, outs, self.providers, self.timer, reference=reference)
-            for r in records:
-                if r.status in ("unavailable", "unsupported"):
-                    continue
-                status = {"wrong": "verify_failed"}.get(r.status, r.status)
-                recs[r.provider] = Record(r.provider, r.seconds if r.status == "ok" else None, status,
-                                          (r.reason or "")[:300])
+            recs.update((r.provider, _db_record(r)) for r in records
+                        if r.status not in ("unavailable", "unsupported"))
         if not recs:
             recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider can run it")
         if not any(r.ok for r in recs.values()):

@@ -331,7 +331,8 @@ class _Emitter:
             if m.in_shape != shape_in or m.out_shape != shape_out or m.mask:
                 return None
             vals = [np.broadcast_to(np.asarray(ix.evaluate(e, grid), dtype=np.int64), shape_out) for e in m.index]
-            if any(not np.array_equal(vals[k], np.broadcast_to(grid[k], shape_out)) for k in range(len(vals)) if k != d):
+            others = (k for k in range(len(vals)) if k != d)
+            if any(not np.array_equal(vals[k], np.broadcast_to(grid[k], shape_out)) for k in others):
                 return None
             taps = np.clip(vals[d][tuple(slice(None) if k == d else 0 for k in range(len(shape_out)))], 0, n_in - 1)
             if w is None:

@@ -474,7 +474,8 @@ def _upsample_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
             steps.append(Step("upsample", shape=factors))
             if mode != "none":
                 steps.append(Step("pad", begins=tuple(b for b, _ in pad), ends=tuple(e for _, e in pad), mode=mode))
-            plan = _verified(m, table, "upsample" + ("" if mode == "none" else f"-pad-{mode}"), _tidy(m.in_shape, steps))
+            kind = "upsample" + ("" if mode == "none" else f"-pad-{mode}")
+            plan = _verified(m, table, kind, _tidy(m.in_shape, steps))
             if plan is not None:
                 return plan
     return None

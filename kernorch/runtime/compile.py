@@ -170,10 +170,10 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     estimate is the roofline scaled to this machine's measured per-operator kernels (their total
     measured time over their total roofline time), and a segment's plan is assumed no faster than
     its measured per-operator kernels divided by ``knobs.region_prune_gain``, so a segment is
-    tuned only when its kernels might beat the region. The recorded candidates are measured in batches, the strategy runs
-    again on measured costs (the estimate standing in for anything unmeasured), and any kernel
-    of the plan still unmeasured is measured and the strategy rerun, so every kernel of the final
-    plan was verified and timed. Shared by every target."""
+    tuned only when its kernels might beat the region. The recorded candidates are measured in
+    batches, the strategy runs again on measured costs (the estimate standing in for anything
+    unmeasured), and any kernel of the plan still unmeasured is measured and the strategy rerun,
+    so every kernel of the final plan was verified and timed. Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
     region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
@@ -199,10 +199,8 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         measured.progress = update
         measured.prefetch(todo)
     if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
-        plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
-        rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
-        rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
-        return plan
+        return _with_stats(orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost),
+                           measured, rep)
     measured.fallback = rough
     try:
         for _ in range(16):
@@ -220,6 +218,11 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             raise KernorchError("the plan kept picking unmeasured kernels; compile with regions=False")
     finally:
         measured.fallback = None
+    return _with_stats(plan, measured, rep)
+
+
+def _with_stats(plan: Plan, measured, rep: CompileReport) -> Plan:
+    """Copy the measurement counts into the report; returns ``plan``."""
     rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
     rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
     return plan
