@@ -23,8 +23,10 @@ from kernorch.errors import KernorchError
 from kernorch.ir import interp
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.tuning_db import Record, TuningDB
+from kernorch.orchestrate import trust
+from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
+from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.base import reference_for
 from kernorch.providers.select import reason_or_none
 
@@ -36,6 +38,10 @@ CODEGEN_VERSION = "c3"
 # whose isolated times look free.
 KERNEL_OVERHEAD_S = 25e-6
 TOLERANCE = 1e-4  # max abs error allowed, relative to max(1, max |reference|)
+# Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many
+# times, each round after a pause that lets a transient load (a compiler, a cron job) pass.
+REMEASURE_ROUNDS = 2
+REMEASURE_PAUSE_S = 0.25
 
 
 @dataclass
@@ -45,6 +51,15 @@ class MeasureStats:
     failed: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    disturbed: int = 0  # timing samples discarded because the process waited for a CPU
+    remeasured: int = 0  # kernels measured again because their first price was doubtful
+    unsettled: int = 0  # kernels stored flagged: still doubtful after every re-measure
+    max_load: float = 0.0  # most cores other processes kept busy while a kernel was timed
+
+    def count(self, recs: dict[str, Record]) -> None:
+        for r in recs.values():
+            self.disturbed += r.disturbed or 0
+            self.max_load = max(self.max_load, r.load or 0.0)
 
 
 def ordered_outputs(g_pos: dict[int, int], cand: Candidate) -> list[int]:
@@ -101,18 +116,26 @@ def close(want: np.ndarray, got: np.ndarray) -> tuple[bool, str]:
     return bad <= TOLERANCE * scale, f"max abs err {bad:.3g} (scale {scale:.3g})"
 
 
-def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> float:
-    """Median seconds of ``kernel._run`` on preallocated outputs (warm-up first)."""
+def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> Measurement:
+    """Seconds of ``kernel._run`` on preallocated outputs, with the evidence (warm-up first)."""
     ins = [torch.from_numpy(np.array(a, order="C")) for a in feeds]
     outs = kernel.run(ins)
     timer = timer or MedianTimer()
-    return float(timer(lambda: kernel._run(ins, outs), getattr(kernel, "provider", "c")))
+    return as_measurement(timer(lambda: kernel._run(ins, outs), getattr(kernel, "provider", "c")))
 
 
-def _db_record(r) -> Record:
+def priced(name: str, timing: Measurement, roofline_s: float | None = None, detail: str = "") -> Record:
+    """An ``ok`` record carrying its measurement's evidence."""
+    return Record(name, timing.seconds, "ok", detail, timing.samples, timing.disturbed, timing.min_s,
+                  timing.spread, timing.load, roofline_s, "" if timing.settled else UNSETTLED)
+
+
+def _db_record(r, roofline_s: float | None = None) -> Record:
     """A provider's attempt (select.ProviderRecord) as a tuning-database record."""
+    if r.status == "ok":
+        return priced(r.provider, r.timing or Measurement.exact(r.seconds), roofline_s, (r.reason or "")[:300])
     status = {"wrong": "verify_failed"}.get(r.status, r.status)
-    return Record(r.provider, r.seconds if r.status == "ok" else None, status, (r.reason or "")[:300])
+    return Record(r.provider, None, status, (r.reason or "")[:300])
 
 
 def codegen_provider(kernel) -> str:
@@ -148,7 +171,8 @@ class MeasuredCost:
     def __init__(self, g: Graph, db: TuningDB, target: str = "cpu", threads: int | None = None,
                  batch: int = 32, progress: Callable[[int, int], None] | None = None,
                  providers: Sequence[Provider] | None = None,
-                 kernel_overhead_s: float = KERNEL_OVERHEAD_S) -> None:
+                 kernel_overhead_s: float = KERNEL_OVERHEAD_S,
+                 roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False) -> None:
         self.g = g
         self.db = db
         self.kernel_overhead_s = kernel_overhead_s
@@ -167,6 +191,10 @@ class MeasuredCost:
         # When set, candidates not measured yet are priced by this estimate instead of being
         # measured on the spot (compile.plan_kernels measures what the final plan picks).
         self.fallback: Callable[[Candidate], float | None] | None = None
+        # The analytical estimate stored next to each price (a price far above it is re-measured).
+        self.roofline = roofline
+        # Refuse to store a price that never settles (raise instead): ``compile(require_quiet=True)``.
+        self.require_quiet = require_quiet
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
@@ -192,7 +220,7 @@ class MeasuredCost:
     def region(self, cand: Candidate) -> float | None:
         """Seconds for ``cand`` (a run of whole segments) as one kernel of an external runtime that
         compiles whole subgraphs (OpenVINO, onnxruntime), verified like any kernel; None if none
-        can. Stored under ``region:<kernel key>``."""
+        can. Stored under ``region:<kernel key>``; a doubtful price is measured again at once."""
         key = self.region_key(cand)
         if key in self._memo:
             return self._memo[key]
@@ -202,6 +230,19 @@ class MeasuredCost:
             self._remember(key, known[key])
             return self._memo[key]
         t0 = time.perf_counter()
+        recs = self._attempt_region(cand)
+        for _ in range(REMEASURE_ROUNDS):
+            if not any(trust.needs_remeasure(r) for r in recs.values()):
+                break
+            self.stats.remeasured += 1
+            time.sleep(REMEASURE_PAUSE_S)
+            recs = trust.merge(recs, self._attempt_region(cand))
+        self.stats.measured += 1
+        self.stats.seconds += time.perf_counter() - t0
+        self._store(key, recs)
+        return self._memo[key]
+
+    def _attempt_region(self, cand: Candidate) -> dict[str, Record]:
         outs = ordered_outputs(self._pos, cand)
         recs: dict[str, Record] = {}
         whole = [p for p in self.providers if p.name in REGION_PROVIDERS]
@@ -212,15 +253,15 @@ class MeasuredCost:
             whole = []
         if whole:
             _, _, records = best_provider(self.g, cand.nodes, outs, whole, self.timer, reference=reference)
-            recs.update((r.provider, _db_record(r)) for r in records)
+            roof = self._roofline(cand)
+            recs.update((r.provider, _db_record(r, roof)) for r in records)
         if not recs:
             recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider runs whole regions")
-        self.stats.measured += 1
-        self.stats.seconds += time.perf_counter() - t0
-        for r in recs.values():
-            self.db.put(key, self.target, CODEGEN_VERSION, r)
-        self._remember(key, recs)
-        return self._memo[key]
+        self.stats.count(recs)
+        return recs
+
+    def _roofline(self, cand: Candidate) -> float | None:
+        return None if self.roofline is None else self.roofline(cand)
 
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)
@@ -235,7 +276,8 @@ class MeasuredCost:
         return self.key(cand) in self._memo
 
     def prefetch(self, cands: Iterable[Candidate]) -> None:
-        """Measure every candidate not yet in the database, in batches."""
+        """Measure every candidate not yet in the database, in batches; doubtful prices
+        (trust.needs_remeasure) are measured again after the rest."""
         todo: dict[str, Candidate] = {}
         for c in cands:
             k = self.key(c)
@@ -251,6 +293,7 @@ class MeasuredCost:
         items = list(todo.items())
         total = len(items)
         done = 0
+        doubtful: dict[str, tuple[Candidate, object, dict[str, Record]]] = {}
         batches = [items[i:i + self.batch] for i in range(0, total, self.batch)]
         # Build a few batches in parallel (the compiler is a subprocess), then time them serially:
         # compiling never overlaps timing, which would steal a core from the kernel being timed.
@@ -261,10 +304,43 @@ class MeasuredCost:
                 built = list(pool.map(self._build_batch, chunk))
                 for b, kernels in zip(chunk, built):
                     for (k, cand), kern in zip(b, kernels):
-                        self._measure_one(k, cand, kern)
+                        t0 = time.perf_counter()
+                        recs = self._attempt(k, cand, kern)
+                        self.stats.measured += 1
+                        self.stats.seconds += time.perf_counter() - t0
+                        if any(trust.needs_remeasure(r) for r in recs.values()):
+                            doubtful[k] = (cand, kern, recs)  # stored after the re-measure
+                        else:
+                            self._store(k, recs)
                         done += 1
                         if self.progress:
                             self.progress(done, total)
+        self._remeasure(doubtful)
+
+    def _remeasure(self, doubtful: dict[str, tuple[Candidate, object, dict[str, Record]]]) -> None:
+        """Measure doubtful kernels again (bounded rounds, a pause before each) and store the
+        better attempt per provider, flagged when still doubtful (or refuse, when quiet is required)."""
+        for _ in range(REMEASURE_ROUNDS):
+            if not doubtful:
+                break
+            time.sleep(REMEASURE_PAUSE_S)
+            for k, (cand, kern, recs) in list(doubtful.items()):
+                self.stats.remeasured += 1
+                recs = trust.merge(recs, self._attempt(k, cand, kern))
+                if any(trust.needs_remeasure(r) for r in recs.values()):
+                    doubtful[k] = (cand, kern, recs)
+                else:
+                    del doubtful[k]
+                    self._store(k, recs)
+        unsettled = [k for k, (_, _, recs) in doubtful.items() if any(UNSETTLED in r.flag_set for r in recs.values())]
+        if unsettled and self.require_quiet:
+            raise KernorchError(
+                f"{len(unsettled)} kernel(s) could not be timed without interference (other processes kept "
+                f"{self.stats.max_load:.1f} cores busy); their prices were not stored. Run again on a quieter "
+                f"machine, or without require_quiet / --require-quiet to store them flagged")
+        self.stats.unsettled += len(unsettled)
+        for k, (_, _, recs) in doubtful.items():
+            self._store(k, recs)
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]
@@ -288,12 +364,12 @@ class MeasuredCost:
                     kernels.append(e)
         return kernels
 
-    def _measure_one(self, key: str, cand: Candidate, kern) -> None:
+    def _attempt(self, key: str, cand: Candidate, kern) -> dict[str, Record]:
         """Verify and time the code generator's kernel and every external provider that can run
-        the candidate; store one record per provider."""
-        t0 = time.perf_counter()
+        the candidate: one record per provider."""
         recs: dict[str, Record] = {}
         outs = ordered_outputs(self._pos, cand)
+        roof = self._roofline(cand)
         try:
             reference = reference_for(self.g, self.g.subgraph(cand.nodes, outs))
         except Exception as e:  # noqa: BLE001 - the oracle itself failed: nothing can be verified
@@ -309,23 +385,28 @@ class MeasuredCost:
                 if ok:
                     feeds = [reference[0][v] if v in reference[0] else random_feeds(self.g, [v])[0]
                              for v in kern.inputs]
-                    recs[name] = Record(name, time_kernel(kern, feeds, self.timer), "ok")
+                    recs[name] = priced(name, time_kernel(kern, feeds, self.timer), roof)
                 else:
                     recs[name] = Record(name, None, "verify_failed", detail)
             except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
                 recs[name] = Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
         if self._external(cand) and reference is not None:
             _, _, records = best_provider(self.g, cand.nodes, outs, self.providers, self.timer, reference=reference)
-            recs.update((r.provider, _db_record(r)) for r in records
+            recs.update((r.provider, _db_record(r, roof)) for r in records
                         if r.status not in ("unavailable", "unsupported"))
         if not recs:
             recs["codegen"] = Record("codegen", None, "cannot_generate", "no provider can run it")
-        if not any(r.ok for r in recs.values()):
+        self.stats.count(recs)
+        return recs
+
+    def _store(self, key: str, recs: dict[str, Record]) -> None:
+        """Persist the final attempt of every provider (flagged when still doubtful) and use it;
+        a kernel (not a region) that no provider can run is counted as failed."""
+        recs = {p: trust.final(r) for p, r in recs.items()}
+        if not key.startswith(REGION_PREFIX) and not any(r.ok for r in recs.values()):
             self.stats.failed += 1
             self.stats.failures.append(f"{key[:12]} " + "; ".join(f"{r.provider} {r.status}: {r.detail}"
                                                                   for r in recs.values())[:400])
-        self.stats.measured += 1
-        self.stats.seconds += time.perf_counter() - t0
         for r in recs.values():
             self.db.put(key, self.target, CODEGEN_VERSION, r)
         self._remember(key, recs)

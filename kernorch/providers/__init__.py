@@ -5,7 +5,8 @@ cost is the minimum over the providers that run it correctly (``best_provider``)
 from kernorch.providers.base import BuiltKernel, Provider, ProviderError, verify
 from kernorch.providers.ort import OrtProvider
 from kernorch.providers.ov import OpenVinoProvider
-from kernorch.providers.select import MedianTimer, ProviderRecord, best_provider
+from kernorch.providers.select import ProviderRecord, best_provider
+from kernorch.providers.timing import MedianTimer
 from kernorch.providers.torch_ops import TorchProvider
 
 

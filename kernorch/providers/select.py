@@ -8,8 +8,6 @@ provider that cannot serve a kernel is a line in a report, never a crash.
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -18,8 +16,10 @@ import torch
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, _one_line, random_inputs, reason_or_none, verify
+from kernorch.providers.timing import Measurement, MedianTimer, as_measurement
 
-Timer = Callable[[Callable[[], object], str], float]  # (run once, provider name) -> seconds per run
+# (run once, provider name) -> seconds per run, with its evidence (a bare float from test doubles)
+Timer = Callable[[Callable[[], object], str], "Measurement | float"]
 
 
 @dataclass
@@ -32,33 +32,7 @@ class ProviderRecord:
     max_err: float | None = None
     reason: str = ""
     built: BuiltKernel | None = field(default=None, repr=False)
-
-
-class MedianTimer:
-    """Warm up (at least ``warmup`` runs and ``min_warmup_s``: thread pools that slept while
-    another provider ran must be awake), then the median of ``repeats`` samples; each sample
-    loops enough runs to last ``min_sample_s`` so microsecond kernels are not timer noise."""
-
-    def __init__(self, warmup: int = 3, repeats: int = 9, min_sample_s: float = 2e-4,
-                 min_warmup_s: float = 0.01) -> None:
-        self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
-        self.min_warmup_s = min_warmup_s
-
-    def __call__(self, fn: Callable[[], object], provider: str = "") -> float:
-        t0 = time.perf_counter()
-        runs = 0
-        while runs < self.warmup or (time.perf_counter() - t0 < self.min_warmup_s and runs < 1000):
-            fn()
-            runs += 1
-        per = max((time.perf_counter() - t0) / max(runs, 1), 1e-9)
-        number = max(1, min(1000, int(self.min_sample_s / per)))
-        samples = []
-        for _ in range(self.repeats):
-            t = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples.append((time.perf_counter() - t) / number)
-        return statistics.median(samples)
+    timing: Measurement | None = None  # the evidence behind ``seconds``
 
 
 def best_provider(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], providers: Sequence[Provider],
@@ -98,7 +72,8 @@ def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int,
         sub = g.subgraph(members, outputs)
         feeds = reference[0] if reference is not None else random_inputs(g, sub, seed + 1)
         args = [torch.from_numpy(feeds[v]) for v in built.inputs]
-        seconds = float(timer(lambda: built.run(args), name))
+        timing = as_measurement(timer(lambda: built.run(args), name))
     except Exception as e:  # noqa: BLE001
         return ProviderRecord(name, "run_failed", max_err=err, reason=f"timing: {type(e).__name__}: {_one_line(e)}")
-    return ProviderRecord(name, "ok", seconds=seconds, max_err=err, reason=built.detail, built=built)
+    return ProviderRecord(name, "ok", seconds=timing.seconds, max_err=err, reason=built.detail, built=built,
+                          timing=timing)

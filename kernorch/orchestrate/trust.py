@@ -1,0 +1,68 @@
+"""When a measured price is trusted: the rules the measurer applies before storing a price and
+``kernorch db check`` applies to stored ones. Record(s) in, a reason or a chosen record out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, UNSETTLED, Record
+
+# A price this many times its roofline estimate is re-measured before it is trusted, and flagged
+# when it stays there. Generated kernels run 1-5x their roofline here; preempted ones 10-100x.
+FAR_ABOVE_ROOFLINE_X = 20.0
+# Added to the roofline before comparing: a call through ctypes or a provider costs microseconds
+# the roofline's calibrated launch overhead (one tiny NumPy op) does not include.
+DISPATCH_FLOOR_S = 25e-6
+# Clean samples spread more than this ((max - min) / median) make a price suspect in ``db check``.
+HIGH_SPREAD = 0.5
+
+
+def roofline_ratio(rec: Record) -> float | None:
+    if not rec.ok or rec.roofline_s is None:
+        return None
+    return rec.seconds / (rec.roofline_s + DISPATCH_FLOOR_S)
+
+
+def needs_remeasure(rec: Record) -> bool:
+    """Measure again later in the run: too few clean samples, or far above the roofline."""
+    ratio = roofline_ratio(rec)
+    return rec.ok and (UNSETTLED in rec.flag_set or (ratio is not None and ratio > FAR_ABOVE_ROOFLINE_X))
+
+
+def doubt(rec: Record) -> str | None:
+    """Why a stored price should not be trusted, or None."""
+    if not rec.ok:
+        return None
+    why = []
+    if UNSETTLED in rec.flag_set:
+        why.append(f"unsettled ({rec.samples} clean / {rec.disturbed} disturbed samples)")
+    ratio = roofline_ratio(rec)
+    if ratio is not None and ratio > FAR_ABOVE_ROOFLINE_X:
+        why.append(f"{ratio:.0f}x its roofline estimate")
+    if rec.spread is not None and rec.spread > HIGH_SPREAD:
+        why.append(f"samples spread {rec.spread:.0%}")
+    return "; ".join(why) or None
+
+
+def better(a: Record, b: Record) -> Record:
+    """The more trustworthy of two attempts of one provider at one kernel: a price over a
+    failure, a settled price over an unsettled one, then the cheaper."""
+    if a.ok != b.ok:
+        return a if a.ok else b
+    if not a.ok:
+        return b
+    rank_a, rank_b = (UNSETTLED in a.flag_set, a.seconds), (UNSETTLED in b.flag_set, b.seconds)
+    return a if rank_a <= rank_b else b
+
+
+def merge(old: dict[str, Record], new: dict[str, Record]) -> dict[str, Record]:
+    """Per provider, the better attempt."""
+    return {p: better(old[p], new[p]) if p in old and p in new else old.get(p) or new[p] for p in {*old, *new}}
+
+
+def final(rec: Record) -> Record:
+    """The record as stored after the last attempt: still far above its roofline -> flagged."""
+    ratio = roofline_ratio(rec)
+    if ratio is None or ratio <= FAR_ABOVE_ROOFLINE_X or FAR_ABOVE_ROOFLINE in rec.flag_set:
+        return rec
+    return dataclasses.replace(rec, flags=",".join(sorted(rec.flag_set | {FAR_ABOVE_ROOFLINE})))

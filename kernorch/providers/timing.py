@@ -1,0 +1,161 @@
+"""Timing that notices when it was disturbed: a kernel's price is measured, never guessed from noise.
+
+A sample is *disturbed* when the process's threads waited for a CPU while it ran (the kernel's
+run-queue delay, read from ``/proc/self/task/*/schedstat`` on Linux): on a busy machine a 2-thread
+OpenMP kernel stalls at its barrier while one thread is preempted, and its wall time becomes a
+multiple of the scheduler tick instead of its cost. Disturbed samples are discarded and more are
+taken, up to a bound; a measurement that never collects enough clean samples is *unsettled* and
+the caller re-measures it later or stores it flagged. See Note [trusted timing] in README "Tuning
+on a busy machine".
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# A sample is discarded when its threads spent more than this fraction of its wall time waiting
+# for a CPU: beyond it the sample is inflated by at least that much. Quiet samples measure 0-2%
+# here (wakeup latency), preempted ones 5-90%.
+DISTURBED_WAIT_FRACTION = 0.05
+# Samples tried per clean sample wanted before the measurement is declared unsettled.
+TRIES_PER_SAMPLE = 4
+_TASKS = "/proc/self/task"
+
+
+def run_queue_wait_ns() -> int | None:
+    """Nanoseconds all of this process's threads have spent runnable but not running, or None
+    where the kernel does not say (no /proc schedstat): then no sample can be judged."""
+    total = 0
+    try:
+        tids = os.listdir(_TASKS)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"{_TASKS}/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that exited between listdir and open
+    return total
+
+
+class OtherLoad:
+    """Busy cores of *other* processes between ``start()`` and ``stop()``: machine busy time
+    (/proc/stat) minus this process's CPU time. None where /proc/stat is missing."""
+
+    def __init__(self) -> None:
+        self._t0 = self._busy0 = self._own0 = 0.0
+
+    @staticmethod
+    def _machine_busy_s() -> float | None:
+        try:
+            with open("/proc/stat", "rb") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own_s() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def start(self) -> OtherLoad:
+        self._t0, self._busy0, self._own0 = time.perf_counter(), self._machine_busy_s() or 0.0, self._own_s()
+        return self
+
+    def stop(self) -> float | None:
+        busy = self._machine_busy_s()
+        wall = time.perf_counter() - self._t0
+        if busy is None or wall <= 0:
+            return None
+        return max(0.0, (busy - self._busy0 - (self._own_s() - self._own0)) / wall)
+
+
+def free_cores(seconds: float = 0.2) -> tuple[float, int]:
+    """(cores other processes keep busy, usable cores), sampled over ``seconds``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    probe = OtherLoad().start()
+    time.sleep(seconds)
+    return probe.stop() or 0.0, cores
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The evidence behind one price. ``seconds`` is the median of the clean samples (their
+    minimum when fewer than half the wanted ones were clean: on a busy machine the least
+    disturbed run is the best estimate of the undisturbed cost)."""
+
+    seconds: float
+    min_s: float
+    spread: float  # (max - min) / median of the clean samples
+    samples: int  # clean samples
+    disturbed: int  # discarded samples
+    load: float | None = None  # other processes' busy cores while timing
+    settled: bool = True  # enough clean samples were collected
+
+    @staticmethod
+    def exact(seconds: float) -> Measurement:
+        """A figure taken as given (a fake timer in tests, a cost model)."""
+        return Measurement(seconds, seconds, 0.0, 1, 0)
+
+
+def as_measurement(x: float | Measurement) -> Measurement:
+    """Timers may return a bare number (test doubles); everything downstream wants evidence."""
+    return x if isinstance(x, Measurement) else Measurement.exact(float(x))
+
+
+class MedianTimer:
+    """Warm up (at least ``warmup`` runs and ``min_warmup_s``: thread pools that slept while
+    another provider ran must be awake), then collect ``repeats`` clean samples, discarding
+    disturbed ones, with at most ``TRIES_PER_SAMPLE * repeats`` tries. Each sample loops enough
+    runs to last ``min_sample_s`` so microsecond kernels are not timer noise."""
+
+    def __init__(self, warmup: int = 3, repeats: int = 9, min_sample_s: float = 2e-4,
+                 min_warmup_s: float = 0.01, wait_ns: Callable[[], int | None] = run_queue_wait_ns) -> None:
+        self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
+        self.min_warmup_s = min_warmup_s
+        self.wait_ns = wait_ns
+
+    def __call__(self, fn: Callable[[], object], provider: str = "") -> Measurement:
+        load = OtherLoad().start()
+        t0 = time.perf_counter()
+        runs = 0
+        while runs < self.warmup or (time.perf_counter() - t0 < self.min_warmup_s and runs < 1000):
+            fn()
+            runs += 1
+        per = max((time.perf_counter() - t0) / max(runs, 1), 1e-9)
+        number = max(1, min(1000, int(self.min_sample_s / per)))
+        clean: list[float] = []
+        every: list[float] = []
+        for _ in range(TRIES_PER_SAMPLE * self.repeats):
+            w0 = self.wait_ns()
+            t = time.perf_counter()
+            for _ in range(number):
+                fn()
+            wall = time.perf_counter() - t
+            w1 = self.wait_ns()
+            every.append(wall / number)
+            if w0 is None or w1 is None or (w1 - w0) * 1e-9 <= DISTURBED_WAIT_FRACTION * wall:
+                clean.append(wall / number)
+                if len(clean) >= self.repeats:
+                    break
+        return summarize(clean, every, self.repeats, load.stop())
+
+
+def summarize(clean: list[float], every: list[float], wanted: int, load: float | None) -> Measurement:
+    """One measurement from its clean samples and all samples (see ``Measurement``)."""
+    disturbed = len(every) - len(clean)
+    settled = len(clean) >= wanted
+    if 2 * len(clean) >= wanted:
+        med = statistics.median(clean)
+        return Measurement(med, min(clean), (max(clean) - min(clean)) / med if med > 0 else 0.0, len(clean),
+                           disturbed, load, settled)
+    low = min(every)
+    return Measurement(low, low, (max(every) - low) / low if low > 0 else 0.0, len(clean), disturbed, load, False)
