@@ -19,6 +19,7 @@ SHAPE_ARGS: dict[str, set[int]] = {
     "Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3}, "Squeeze": {1},
     "Unsqueeze": {1}, "Split": {1}, "Resize": {1, 2, 3}, "Upsample": {1}, "ConstantOfShape": {0},
     "TopK": {1}, "OneHot": {1}, "Range": {0, 1, 2}, "CenterCropPad": {1},
+    "CumSum": {1}, "Trilu": {1},
     **{f"Reduce{r}": {1} for r in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSum", "LogSumExp",
                                    "SumSquare")},
 }

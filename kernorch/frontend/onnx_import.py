@@ -20,8 +20,19 @@ from kernorch.errors import DynamicShapeError, ModelLoadError, UnsupportedOpErro
 from kernorch.fission.registry import NodeContext, load_rules
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder, Graph, GraphError, TensorType, verify
+from kernorch.ir.prims import Op
 
 FOLD_LIMIT_ELEMENTS = 1 << 24  # never fold constants bigger than this (64 MiB of float32)
+
+# Operators whose output shape depends on input values: with non-constant inputs they cannot be
+# compiled for static shapes (with constant inputs they fold like anything else).
+DATA_DEPENDENT_SHAPE = {
+    "NonZero": "the number of non-zero elements",
+    "NonMaxSuppression": "the number of boxes kept",
+    "Unique": "the number of distinct values",
+    "Compress": "the number of true conditions",
+    "StringSplit": "the number of substrings",
+}
 
 
 @dataclass
@@ -171,6 +182,9 @@ def _fission_node(node, g: Graph, env, rules, opset, inferred, report: ImportRep
     out_types = [inferred.get(o) for o in node.output]
     all_const = all(v is None or v in g.constants for v in ins)
     rule = rules.get(node.op_type)
+    if node.op_type in DATA_DEPENDENT_SHAPE and not all_const:
+        raise UnsupportedOpError(f"operator {node.op_type} (node {name!r}): its output shape depends on the input "
+                                 f"values ({DATA_DEPENDENT_SHAPE[node.op_type]}); kernorch compiles static shapes")
     if rule is None:
         v = _opaque(node, name, g, ins, out_types, opset, report)
         if all_const:
@@ -185,7 +199,11 @@ def _fission_node(node, g: Graph, env, rules, opset, inferred, report: ImportRep
             report.folded += 1
             return folded
     ctx = NodeContext(node, Builder(g, origin=name), ins, opset, out_types)
+    first = len(g.prims)
     outs = list(rule(ctx))
+    for p in g.prims[first:]:
+        if p.op is Op.OPAQUE:  # a rule that keeps its op whole (scatters): reported like any opaque op
+            report.opaque[p.attrs.op_type] = report.opaque.get(p.attrs.op_type, 0) + 1
     for o, v, t in zip(node.output, outs, out_types):
         if t is not None and v is not None and g.types[v].shape != t.shape:
             raise GraphError(f"fission of {node.op_type} node {name!r} gave {o!r} shape {g.types[v].shape}, "

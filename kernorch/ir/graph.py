@@ -14,7 +14,7 @@ import numpy as np
 from kernorch.ir import layout
 from kernorch.ir.layout import IndexMap
 from kernorch.ir.prims import (BINARY, COMPARE, KIND, LOGICAL, NO_ATTRS, UNARY, Attrs, BroadcastAttrs, CastAttrs,
-                               ConcatAttrs, ConvAttrs, Kind, Op, OpaqueAttrs, Prim, ReduceAttrs, ValueId, ViewAttrs)
+                               ConcatAttrs, ConvAttrs, GatherAttrs, Kind, Op, OpaqueAttrs, Prim, ReduceAttrs, ValueId, ViewAttrs)
 
 FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
 
@@ -246,6 +246,8 @@ def infer_type(op: Op, ins: Sequence[TensorType], attrs: Attrs) -> TensorType:
         if tuple(ins[0].shape) != attrs.map.in_shape:
             raise GraphError(f"view expects input {attrs.map.in_shape}, got {ins[0].shape}")
         return TensorType(attrs.map.out_shape, ins[0].dtype)
+    if op is Op.GATHER:
+        return _gather_type(ins, attrs)
     if op is Op.CONCAT:
         ax = attrs.axis
         base = list(ins[0].shape)
@@ -265,6 +267,25 @@ def infer_type(op: Op, ins: Sequence[TensorType], attrs: Attrs) -> TensorType:
     if op in (Op.CONV, Op.CONV_TRANSPOSE):
         return TensorType(conv_out_shape(op, ins[0].shape, ins[1].shape, attrs), ins[0].dtype)
     raise GraphError(f"cannot infer the type of {op.value}")
+
+
+def _gather_type(ins: Sequence[TensorType], a: GatherAttrs) -> TensorType:
+    if tuple(ins[0].shape) != a.data.in_shape:
+        raise GraphError(f"gather expects data {a.data.in_shape}, got {ins[0].shape}")
+    if len(ins) != 1 + len(a.axes) or len(a.indices) != len(a.axes):
+        raise GraphError(f"gather on axes {a.axes} takes {1 + len(a.axes)} operands and index maps, "
+                         f"got {len(ins)} and {len(a.indices)}")
+    if a.data.mask or any(m.mask for m in a.indices):
+        raise GraphError("gather maps carry no masks")
+    for t, m, ax in zip(ins[1:], a.indices, a.axes):
+        if t.dtype not in ("int32", "int64"):
+            raise GraphError(f"gather indices must be int32 or int64, got {t.dtype}")
+        if tuple(t.shape) != m.in_shape or m.out_shape != a.data.out_shape:
+            raise GraphError(f"gather index map {m.in_shape} -> {m.out_shape} does not fit index {t.shape} "
+                             f"and output {a.data.out_shape}")
+        if not 0 <= ax < len(a.data.in_shape) or a.data.in_shape[ax] == 0:
+            raise GraphError(f"gather axis {ax} is not a non-empty data axis of {a.data.in_shape}")
+    return TensorType(a.data.out_shape, ins[0].dtype)
 
 
 def conv_out_shape(op: Op, x: Sequence[int], w: Sequence[int], a: ConvAttrs) -> tuple[int, ...]:
@@ -378,6 +399,11 @@ class Builder:
         if m.is_identity():
             return x
         return self.prim(Op.VIEW, [x], ViewAttrs(m))
+
+    def gather(self, data: ValueId, indices: Sequence[ValueId], data_map: IndexMap, axes: Sequence[int],
+               index_maps: Sequence[IndexMap]) -> ValueId:
+        """A gather whose data index on ``axes`` is read from the ``indices`` (see GatherAttrs)."""
+        return self.prim(Op.GATHER, [data, *indices], GatherAttrs(data_map, tuple(axes), tuple(index_maps)))
 
     def reshape(self, x: ValueId, shape: Sequence[int]) -> ValueId:
         return self.view(x, layout.reshape(self.shape(x), shape))

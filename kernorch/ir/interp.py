@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import scipy.special
 
+from kernorch.ir import layout
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ConvAttrs, Op, Prim
 
@@ -61,6 +62,9 @@ def eval_prim(p: Prim, args: Sequence[np.ndarray], out_dtype: str, out_shape: tu
             out = np.broadcast_to(args[0], p.attrs.shape)
         elif op is Op.VIEW:
             out = p.attrs.map.gather(args[0])
+        elif op is Op.GATHER:
+            a = p.attrs
+            out = layout.gather_runtime(args[0], args[1:], a.data, a.axes, a.indices, f"gather {p.origin or 'prim'}")
         elif op is Op.CONCAT:
             out = np.concatenate(args, axis=p.attrs.axis)
         elif op is Op.MATMUL:
@@ -68,7 +72,7 @@ def eval_prim(p: Prim, args: Sequence[np.ndarray], out_dtype: str, out_shape: tu
         elif op in (Op.CONV, Op.CONV_TRANSPOSE):
             out = _conv(op, args, p.attrs)
         elif op is Op.OPAQUE:
-            out = eval_opaque(p, args)
+            out = eval_opaque(p, args, out_dtype)
         else:
             raise NotImplementedError(op)
     out = np.asarray(out)
@@ -118,27 +122,59 @@ def _conv(op: Op, args: Sequence[np.ndarray], a: ConvAttrs) -> np.ndarray:
     return out.numpy()
 
 
-def eval_opaque(p: Prim, args: Sequence[np.ndarray]) -> np.ndarray:
-    """Run an ONNX node kept whole with onnx's reference evaluator."""
+def eval_opaque(p: Prim, args: Sequence[np.ndarray], out_dtype: str | None = None) -> np.ndarray:
+    """Run an ONNX node kept whole with onnx's reference evaluator (an oracle independent of the
+    native runner, see ``NodeSession``); onnxruntime where the reference has no implementation."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
     node = onnx.NodeProto()
     node.ParseFromString(p.attrs.node)
-    ref = ReferenceEvaluator(_single_node_model(node, args, p.attrs.opset))
+    types = [(a.shape, str(a.dtype)) for a in args]
     feeds = dict(zip([n for n in node.input if n], args))  # omitted optional inputs are not in args
-    return ref.run(None, feeds)[0]
+    try:
+        return ReferenceEvaluator(single_node_model(node, types, p.attrs.opset)).run(None, feeds)[0]
+    except NotImplementedError:  # no reference implementation (e.g. Scatter-9): run it natively
+        return NodeSession(node, types, p.attrs.opset, out_dtype).run(list(args))
 
 
-def _single_node_model(node, args, opset: int):
+def single_node_model(node, in_types: Sequence[tuple[tuple[int, ...], str]], opset: int,
+                      out_dtype: str | None = None):
+    """A model holding ``node`` alone, its (non-omitted) inputs typed by ``in_types`` (and its
+    first output by ``out_dtype``: onnxruntime wants typed outputs)."""
     import onnx
     from onnx import helper
 
-    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-           for n, a in zip([i for i in node.input if i], args)]
-    outs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output]
+    typed = dict(zip([i for i in node.input if i], in_types))  # a name read twice is one input
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), shape)
+           for n, (shape, dt) in typed.items()]
+    out_t = helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype)) if out_dtype else onnx.TensorProto.UNDEFINED
+    outs = [helper.make_tensor_value_info(n, out_t if k == 0 else onnx.TensorProto.UNDEFINED, None)
+            for k, n in enumerate(node.output) if n]
     graph = helper.make_graph([node], "opaque", ins, outs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+class NodeSession:
+    """One ONNX node run natively: an onnxruntime session over a single-node model, built once.
+    This is how opaque prims execute in compiled models (not the Python reference)."""
+
+    def __init__(self, node, in_types: Sequence[tuple[tuple[int, ...], str]], opset: int, out_dtype: str | None,
+                 threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        model = single_node_model(node, in_types, opset, out_dtype)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        if threads:
+            opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # no busy pool between kernels
+        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.names = [i for i in node.input if i]
+
+    def run(self, args: Sequence[np.ndarray]) -> np.ndarray:
+        """``args`` in the node's (non-omitted) input order, as the prim lists them."""
+        return self.session.run(None, {n: np.ascontiguousarray(a) for n, a in zip(self.names, args)})[0]
 
 
 def run(g: Graph, feeds: Mapping[int, np.ndarray] | Sequence[np.ndarray], keep: bool = False) -> dict[int, np.ndarray]:

@@ -258,3 +258,74 @@ def take(in_shape: Sequence[int], axis: int, indices: np.ndarray) -> IndexMap:
         else:
             idx.append(ix.var(d - 1 + r))
     return make(out_shape, in_shape, idx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathers with runtime indices (Op.GATHER): constructors and reference semantics
+# ---------------------------------------------------------------------------------------------
+#
+# Note [gather bounds]
+# ONNX gathers accept indices in [-n, n) on an axis of size n; a negative index counts from the
+# end (i + n). Anything outside is an error: the interpreter raises GatherIndexError naming the
+# index and the axis. Generated code (C and Triton) cannot raise, and must never read outside
+# the buffer: it wraps a negative index once and then clamps to [0, n - 1], so an out-of-range
+# index reads the first or last row (what onnxruntime's CUDA and XLA's gathers do). Kernels are
+# only ever checked against the interpreter on in-range indices.
+
+class GatherIndexError(IndexError):
+    """An index of a runtime gather is outside [-n, n) (ONNX: undefined, kernorch: an error)."""
+
+
+def gather_take(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+    """ONNX Gather (numpy ``take``): out shape ``data[:axis] + idx + data[axis+1:]``.
+    Returns the data map (a placeholder on ``axis``) and the one index map."""
+    r = len(idx_shape)
+    out_shape = list(data_shape[:axis]) + list(idx_shape) + list(data_shape[axis + 1:])
+    idx: list[Expr] = []
+    for d in range(len(data_shape)):
+        idx.append(ix.var(d) if d < axis else ix.const(0) if d == axis else ix.var(d - 1 + r))
+    imap = make(out_shape, idx_shape, [ix.var(axis + j) for j in range(r)])
+    return make(out_shape, data_shape, idx), (imap,)
+
+
+def gather_elements(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+    """ONNX GatherElements: out shape = idx shape, ``out[o] = data[o with o[axis] = idx[o]]``."""
+    idx = [ix.const(0) if d == axis else ix.var(d) for d in range(len(data_shape))]
+    return make(idx_shape, data_shape, idx), (identity(idx_shape),)
+
+
+def gather_nd(data_shape: Sequence[int], idx_shape: Sequence[int], batch_dims: int) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+    """ONNX GatherND: ``k = idx_shape[-1]`` leading data axes after the batch dims are read from
+    the index tuple; out shape ``idx_shape[:-1] + data_shape[batch_dims + k:]``. One index map
+    per component (all into the same index tensor)."""
+    k, q = idx_shape[-1], len(idx_shape)
+    out_shape = list(idx_shape[:-1]) + list(data_shape[batch_dims + k:])
+    idx: list[Expr] = []
+    for d in range(len(data_shape)):
+        if d < batch_dims:
+            idx.append(ix.var(d))
+        elif d < batch_dims + k:
+            idx.append(ix.const(0))
+        else:
+            idx.append(ix.var(q - 1 + d - batch_dims - k))
+    maps = tuple(make(out_shape, idx_shape, [ix.var(d) for d in range(q - 1)] + [ix.const(m)]) for m in range(k))
+    return make(out_shape, data_shape, idx), maps
+
+
+def gather_runtime(data: np.ndarray, indices: Sequence[np.ndarray], data_map: IndexMap, axes: Sequence[int],
+                   index_maps: Sequence[IndexMap], what: str = "gather") -> np.ndarray:
+    """Reference semantics of Op.GATHER; raises GatherIndexError on an index outside [-n, n)."""
+    out_shape = data_map.out_shape
+    grid = list(np.indices(out_shape, dtype=np.int64)) if out_shape else []
+    coords = []
+    for d, e in enumerate(data_map.index):
+        coords.append(np.broadcast_to(np.asarray(ix.evaluate(e, grid), dtype=np.int64), out_shape))
+    for a, arr, m in zip(axes, indices, index_maps):
+        n = data_map.in_shape[a]
+        v = m.gather(np.asarray(arr)).astype(np.int64)
+        bad = (v < -n) | (v >= n)
+        if bad.any():
+            raise GatherIndexError(f"{what}: index {int(v[bad].reshape(-1)[0])} is out of range [-{n}, {n}) "
+                                   f"on data axis {a}")
+        coords[a] = np.where(v < 0, v + n, v)
+    return np.array(data[tuple(coords)], copy=True)

@@ -76,6 +76,7 @@ class Op(enum.Enum):
     # layout
     VIEW = "view"
     CONCAT = "concat"
+    GATHER = "gather"
     # linear
     MATMUL = "matmul"
     CONV = "conv"
@@ -99,6 +100,7 @@ KIND: Final[Mapping[Op, Kind]] = {
     Op.BROADCAST: Kind.BROADCAST,
     Op.VIEW: Kind.LAYOUT,
     Op.CONCAT: Kind.LAYOUT,
+    Op.GATHER: Kind.LAYOUT,
     Op.MATMUL: Kind.LINEAR,
     Op.CONV: Kind.LINEAR,
     Op.CONV_TRANSPOSE: Kind.LINEAR,
@@ -143,6 +145,19 @@ class ConcatAttrs:
 
 
 @dataclass(frozen=True, slots=True)
+class GatherAttrs:
+    """A layout prim whose index map reads runtime integer tensors (embeddings, GatherElements,
+    GatherND). Inputs: ``(data, idx_0, .., idx_k-1)``. For an output index ``o`` the data index
+    is ``data.index`` at ``o``, except on axis ``axes[j]``, where it is ``idx_j[indices[j](o)]``
+    (``data.index`` holds a placeholder there). See Note [gather bounds] in ir/layout.py for
+    negative and out-of-range indices."""
+
+    data: IndexMap  # output index -> data index (no mask)
+    axes: tuple[int, ...]  # data axes read from the index inputs, one per index input
+    indices: tuple[IndexMap, ...]  # output index -> index of idx_j (no mask)
+
+
+@dataclass(frozen=True, slots=True)
 class ConvAttrs:
     """2-D/1-D/3-D convolution (NC + spatial). ``pads`` = begins + ends as in ONNX."""
 
@@ -162,7 +177,8 @@ class OpaqueAttrs:
     opset: int = 17
 
 
-Attrs = Union[NoAttrs, CastAttrs, ReduceAttrs, BroadcastAttrs, ViewAttrs, ConcatAttrs, ConvAttrs, OpaqueAttrs]
+Attrs = Union[NoAttrs, CastAttrs, ReduceAttrs, BroadcastAttrs, ViewAttrs, ConcatAttrs, GatherAttrs, ConvAttrs,
+              OpaqueAttrs]
 
 
 @dataclass(frozen=True, slots=True)

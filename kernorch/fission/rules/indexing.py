@@ -1,16 +1,21 @@
-"""Indexing operators: Concat, Split, Slice, Pad, Tile, Gather. Each output is one view (an
-IndexMap) of its input, or one concat prim; indices and pads must be constants so that the map
-is static. Gather with data-dependent indices has no view form and is rejected."""
+"""Indexing operators: Concat, Split, Slice, Pad, Tile, Gather, GatherElements, GatherND, Scatter*.
+
+Each output is one view (an IndexMap) of its input, or one concat prim; pads, starts and sizes
+must be constants so that the map is static. A gather with constant indices is a view (a table
+lookup); with runtime indices (token embeddings) it is a GATHER prim, the layout prim whose map
+reads an integer tensor. Scatters stay whole (opaque), see ``scatter``."""
 
 from __future__ import annotations
 
 
 import numpy as np
+import onnx
 
 from kernorch.fission.registry import NodeContext, rule
 from kernorch.fission.rules.shape_ops import int_list, norm_axis
 from kernorch.ir import index as ix
 from kernorch.ir import layout
+from kernorch.ir.graph import TensorType
 
 
 @rule("Concat")
@@ -155,16 +160,77 @@ def tile(ctx: NodeContext):
     return [ctx.b.view(ctx.x(0), layout.make(out, s, idx))]
 
 
+def _index_input(ctx: NodeContext, i: int) -> int:
+    x = ctx.x(i)
+    if ctx.dtype(i) not in ("int32", "int64"):
+        raise ctx.unsupported(f"indices (input {i}) have dtype {ctx.dtype(i)}; ONNX allows int32 and int64")
+    return x
+
+
+def _check_const_range(ctx: NodeContext, indices: np.ndarray, n: int, axis: int) -> None:
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise ctx.unsupported(f"indices out of range [-{n}, {n}) on axis {axis}")
+
+
 @rule("Gather")
 def gather(ctx: NodeContext):
     s = ctx.shape(0)
     axis = norm_axis(ctx, ctx.attr("axis", 0), len(s))
-    indices = ctx.const(1)
-    if indices is None:
-        raise ctx.unsupported("indices (input 1) are not constant; a gather with data-dependent indices "
-                              "has no view form")
-    indices = np.asarray(indices, dtype=np.int64)
     n = s[axis]
-    if indices.size and (indices.min() < -n or indices.max() >= n):
-        raise ctx.unsupported(f"indices out of range [-{n}, {n}) on axis {axis}")
-    return [ctx.b.view(ctx.x(0), layout.take(s, axis, indices))]
+    indices = ctx.const(1)
+    if indices is not None:
+        indices = np.asarray(indices, dtype=np.int64)
+        _check_const_range(ctx, indices, n, axis)
+        return [ctx.b.view(ctx.x(0), layout.take(s, axis, indices))]
+    idx = _index_input(ctx, 1)
+    if n == 0:
+        raise ctx.unsupported(f"gather from the empty axis {axis}")
+    data_map, maps = layout.gather_take(s, axis, ctx.shape(1))
+    return [ctx.b.gather(ctx.x(0), [idx], data_map, [axis], maps)]
+
+
+@rule("GatherElements")
+def gather_elements(ctx: NodeContext):
+    s, q = ctx.shape(0), ctx.shape(1)
+    axis = norm_axis(ctx, ctx.attr("axis", 0), len(s))
+    if len(q) != len(s) or any(a > b for d, (a, b) in enumerate(zip(q, s)) if d != axis):
+        raise ctx.unsupported(f"indices shape {q} does not fit data {s} on axis {axis}")
+    if ctx.const(1) is not None:
+        _check_const_range(ctx, np.asarray(ctx.const(1)), s[axis], axis)
+    if s[axis] == 0 and 0 not in q:
+        raise ctx.unsupported(f"gather from the empty axis {axis}")
+    data_map, maps = layout.gather_elements(s, axis, q)
+    return [ctx.b.gather(ctx.x(0), [_index_input(ctx, 1)], data_map, [axis], maps)]
+
+
+@rule("GatherND")
+def gather_nd(ctx: NodeContext):
+    s, q = ctx.shape(0), ctx.shape(1)
+    batch = int(ctx.attr("batch_dims", 0))
+    if not q or q[-1] < 1 or batch + q[-1] > len(s) or tuple(q[:batch]) != tuple(s[:batch]):
+        raise ctx.unsupported(f"indices shape {q} does not index data {s} with batch_dims={batch}")
+    k = q[-1]
+    axes = list(range(batch, batch + k))
+    if ctx.const(1) is not None:
+        c = np.asarray(ctx.const(1))
+        for m, a in enumerate(axes):
+            _check_const_range(ctx, c[..., m], s[a], a)
+    data_map, maps = layout.gather_nd(s, q, batch)
+    idx = _index_input(ctx, 1)
+    return [ctx.b.gather(ctx.x(0), [idx] * k, data_map, axes, maps)]
+
+
+@rule("ScatterND", "ScatterElements", "Scatter")
+def scatter(ctx: NodeContext):
+    """Kept whole, by choice: a scatter writes where the data says, so no output element has an
+    index map to its source (the inverse of the write map would be a search over all updates,
+    and duplicate indices with ``reduction`` combine in order). As one opaque prim it runs
+    natively (onnxruntime on the node) and the report counts it; the output shape is the data's,
+    static. A fused scatter kernel would need a write-side map, which no other prim has."""
+    s = ctx.shape(0)
+    if ctx.dtype(2) != ctx.dtype(0):
+        raise ctx.unsupported(f"updates dtype {ctx.dtype(2)} differs from data {ctx.dtype(0)}")
+    node = onnx.NodeProto()
+    node.CopyFrom(ctx.node)
+    return [ctx.b.opaque(ctx.op_type, [ctx.x(0), _index_input(ctx, 1), ctx.x(2)], TensorType(s, ctx.dtype(0)),
+                         node.SerializeToString(), ctx.opset)]
