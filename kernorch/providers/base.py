@@ -43,6 +43,9 @@ class BuiltKernel:
     # Optional: write the results into preallocated contiguous ``outputs`` (no copy through a
     # temporary); the runtime uses it when present.
     run_into: Callable[[list[torch.Tensor], list[torch.Tensor]], None] | None = field(default=None, repr=False)
+    # What ``Provider.load`` needs to rebuild this kernel in another process (a saved model):
+    # JSON values, plus ``bytes`` that the saved format stores as files. Always ``threads``.
+    state: dict = field(default_factory=dict, repr=False)
 
 
 class Provider:
@@ -61,6 +64,11 @@ class Provider:
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
         """Compile the candidate; raise ``ProviderError`` (or anything) on failure."""
         raise NotImplementedError
+
+    def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
+        """Rebuild a saved kernel from its ``BuiltKernel.state`` (read from a file: check what
+        it holds). By default the kernel is built again from its prims."""
+        return self.build(g, members, outputs)
 
     def __repr__(self) -> str:
         return f"<provider {self.name}>"

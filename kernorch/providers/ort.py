@@ -3,6 +3,7 @@ InferenceSession with all graph optimizations and a fixed intra-op thread count.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
-from kernorch.providers.base import BuiltKernel, Provider, default_threads
+from kernorch.providers.base import BuiltKernel, Provider, ProviderError, default_threads
 from kernorch.providers.to_onnx import OnnxKernel, export, unsupported
 
 
@@ -36,9 +37,17 @@ class OrtProvider(Provider):
         return unsupported(g, members) or True
 
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
+        k = export(g, members, outputs, bake_constants=self.bake_constants)
+        return self._kernel(k, k.model.SerializeToString())
+
+    def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
+        """A saved kernel: its ONNX model, checked, in a new session (nothing is exported)."""
+        return OrtProvider(self.threads, self.bake_constants, bool(state.get("spin")))._kernel(
+            *onnx_from_state(g, members, outputs, state))
+
+    def _kernel(self, k: OnnxKernel, model: bytes) -> BuiltKernel:
         import onnxruntime as ort
 
-        k = export(g, members, outputs, bake_constants=self.bake_constants)
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
@@ -47,9 +56,45 @@ class OrtProvider(Provider):
         so.log_severity_level = 3
         if not self.spin:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(k.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         return BuiltKernel(self.name, k.inputs, k.outputs, _runner(sess, k), k.baked, _views_detail(k),
-                           run_into=_binder(sess, k))
+                           run_into=_binder(sess, k), state=onnx_state(k, model, threads=self.threads, spin=self.spin))
+
+
+def onnx_state(k: OnnxKernel, model: bytes, **settings) -> dict:
+    """What a saved model keeps of a kernel run from an exported ONNX model (ORT, OpenVINO)."""
+    return {**settings, "onnx": model, "inputs": list(k.inputs), "feeds": list(k.feeds), "outputs": list(k.outputs),
+            "output_names": list(k.output_names), "baked": sorted(k.baked), "views": dict(k.views)}
+
+
+def onnx_from_state(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId],
+                    state: dict) -> tuple[OnnxKernel, bytes]:
+    """The inverse of ``onnx_state``, checked against the graph: the kernel's inputs and outputs
+    are those of its prims, every name is one of the model's, and the model reads no other files."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+
+    data = state["onnx"]
+    if not isinstance(data, bytes):
+        raise ProviderError("the saved kernel has no ONNX model")
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as e:  # noqa: BLE001 - a protobuf decode error
+        raise ProviderError(f"the saved ONNX model cannot be parsed ({type(e).__name__})") from None
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(model)):
+        raise ProviderError("the saved ONNX model refers to external data files")
+    sub = g.subgraph(set(members), list(outputs))
+    ins, outs = [int(v) for v in state["inputs"]], [int(v) for v in state["outputs"]]
+    feeds, names = list(state["feeds"]), [str(n) for n in state["output_names"]]
+    baked = frozenset(int(v) for v in state["baked"])
+    model_ins = {i.name for i in model.graph.input}
+    model_outs = {o.name for o in model.graph.output}
+    if (ins != list(sub.inputs) or outs != list(sub.outputs) or len(feeds) != len(ins) or len(names) != len(outs)
+            or not baked <= set(ins) or not set(names) <= model_outs
+            or any(f is not None and f not in model_ins for f in feeds)):
+        raise ProviderError("the saved ONNX kernel does not match its prims in the graph")
+    views = Counter({str(kind): int(n) for kind, n in dict(state.get("views") or {}).items()})
+    return OnnxKernel(model, ins, feeds, outs, names, baked, views), data
 
 
 def _runner(sess, k: OnnxKernel):

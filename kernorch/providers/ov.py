@@ -16,8 +16,8 @@ import torch
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
-from kernorch.providers.ort import _views_detail
-from kernorch.providers.to_onnx import export, unsupported
+from kernorch.providers.ort import _views_detail, onnx_from_state, onnx_state
+from kernorch.providers.to_onnx import OnnxKernel, export, unsupported
 
 _CORE = None
 
@@ -57,8 +57,16 @@ class OpenVinoProvider(Provider):
 
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
         k = export(g, members, outputs, bake_constants=self.bake_constants)
+        return self._kernel(g, k, k.model.SerializeToString())
+
+    def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
+        """A saved kernel: its ONNX model, checked, compiled again by OpenVINO (nothing is exported)."""
+        prov = OpenVinoProvider(self.threads, self.bake_constants, bool(state.get("pin_threads")))
+        return prov._kernel(g, *onnx_from_state(g, members, outputs, state))
+
+    def _kernel(self, g: Graph, k: OnnxKernel, data: bytes) -> BuiltKernel:
         core = _core()
-        model = core.read_model(io.BytesIO(k.model.SerializeToString()))
+        model = core.read_model(io.BytesIO(data))
         compiled = core.compile_model(model, "CPU", self.config())
         request = compiled.create_infer_request()
         by_name = {}
@@ -100,4 +108,5 @@ class OpenVinoProvider(Provider):
         out_index = [list(compiled.outputs).index(p) for p in out_ports]
         same_types = all(np.dtype(str(p.get_element_type().to_dtype())) == dt for p, dt in zip(out_ports, want))
         return BuiltKernel(self.name, k.inputs, k.outputs, run, k.baked, _views_detail(k),
-                           run_into=run_into if same_types else None)
+                           run_into=run_into if same_types else None,
+                           state=onnx_state(k, data, threads=self.threads, pin_threads=self.pin_threads))

@@ -66,7 +66,8 @@ class TorchProvider(Provider):
             with torch.no_grad():
                 return run(inputs)
 
-        return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail)
+        return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail,
+                           state={"threads": threads})  # loading builds it again from its prims
 
 
 def _jit_runner(prog: Program):

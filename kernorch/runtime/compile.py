@@ -28,13 +28,16 @@ from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
-from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, Signature
+from kernorch.providers.timing import free_cores
+from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 from kernorch.runtime.model import CompiledModel
 
 COSTS = ("measured", "model")
 # Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
 # about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
 TUNING_BUDGET = 3000
+# How long require_quiet waits for other processes to free the cores tuning needs.
+QUIET_WAIT_S = 30.0
 
 
 @dataclass
@@ -55,6 +58,24 @@ class CompileReport:
     plan_summary: str = ""
     roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
     end_to_end: dict[str, float] = field(default_factory=dict)  # plan vs whole-graph region, median s
+    # Trust in the measurements (Note [trusted timing] in README "Tuning on a busy machine").
+    disturbed: int = 0  # timing samples discarded: the process waited for a CPU during them
+    remeasured: int = 0  # kernels measured again because their first price was doubtful
+    unsettled: int = 0  # kernels stored flagged: no quiet price could be taken
+    other_load: float = 0.0  # most cores other processes kept busy while kernels were timed
+    doubtful_share: float = 0.0  # share of the plan's priced cost resting on flagged prices
+    busy: str = ""  # set when tuning used more threads than the machine had free cores
+
+    def timing_note(self) -> str:
+        """One line on how far the measurements can be trusted ('' for modelled costs)."""
+        if self.cost != "measured" or not (self.measured or self.busy):
+            return ""
+        if not (self.disturbed or self.unsettled or self.busy):
+            return "measurements: quiet machine, no disturbed samples"
+        line = (f"measurements: {self.disturbed} disturbed timing samples discarded (other processes up to "
+                f"{self.other_load:.1f} cores busy), {self.remeasured} kernels re-measured, {self.unsettled} "
+                f"stored flagged; {self.doubtful_share:.0%} of the plan's priced time rests on flagged prices")
+        return f"{self.busy}; {line}" if self.busy else line
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -101,7 +122,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool = False, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
-            tuning_budget: int | None = TUNING_BUDGET) -> CompiledModel:
+            tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
     if strategy not in STRATEGIES:
@@ -116,12 +137,13 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     if target != "cpu":
         raise KernorchError(f"unknown target {target!r}; choose 'cpu' or 'cuda'")
     threads = threads or default_threads()
+    busy = _check_free_cores(threads, require_quiet) if cost == "measured" else ""
     knobs = knobs or Knobs()
     if not regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if cost == "measured" and knobs.max_candidates is None and tuning_budget is not None:
         knobs = dataclasses.replace(knobs, max_candidates=tuning_budget)
-    rep = CompileReport(strategy, cost)
+    rep = CompileReport(strategy, cost, busy=busy)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
     rep.opaque = dict(imp.opaque)
@@ -143,7 +165,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
         ext = external_providers(threads, providers)
-        measured = MeasuredCost(g, tdb, threads=threads, providers=ext)
+        measured = MeasuredCost(g, tdb, threads=threads, providers=ext, roofline=roofline.bind(dag),
+                                require_quiet=require_quiet)
         plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress, "")
         whole = None
         if cost == "measured" and strategy == "optimal" and knobs.regions and measured.providers:
@@ -222,10 +245,35 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
 
 
 def _with_stats(plan: Plan, measured, rep: CompileReport) -> Plan:
-    """Copy the measurement counts into the report; returns ``plan``."""
-    rep.measured, rep.cached = measured.stats.measured, measured.stats.cached
-    rep.failed, rep.failures = measured.stats.failed, measured.stats.failures[:20]
+    """Copy the measurement counts into the report, with the share of the plan's priced time that
+    rests on flagged prices; returns ``plan``."""
+    st = measured.stats
+    rep.measured, rep.cached = st.measured, st.cached
+    rep.failed, rep.failures = st.failed, st.failures[:20]
+    rep.disturbed, rep.remeasured, rep.unsettled, rep.other_load = st.disturbed, st.remeasured, st.unsettled, st.max_load
+    best = measured.best
+    regions = set(plan.regions)
+    keys = [measured.region_key(c) if k in regions else measured.key(c) for k, c in enumerate(plan.kernels)]
+    flagged = sum(best[key].seconds for key in keys if key in best and best[key].flags)
+    total = sum(best[key].seconds for key in keys if key in best)
+    rep.doubtful_share = flagged / total if total else 0.0
     return plan
+
+
+def _check_free_cores(threads: int, require_quiet: bool) -> str:
+    """'' when ``threads`` cores are free for tuning; else a note saying how busy the machine is
+    (or, with ``require_quiet``, wait up to QUIET_WAIT_S for them and fail if they stay busy)."""
+    others, cores = free_cores()
+    deadline = time.monotonic() + QUIET_WAIT_S
+    while require_quiet and cores - others < threads - 0.25 and time.monotonic() < deadline:
+        others, cores = free_cores(1.0)
+    if cores - others >= threads - 0.25:
+        return ""
+    note = (f"tuning with {threads} threads while other processes keep {others:.1f} of {cores} cores busy")
+    if require_quiet:
+        raise KernorchError(f"{note} (waited {QUIET_WAIT_S:.0f} s for them to free up); require_quiet / "
+                            f"--require-quiet refuses to measure on a busy machine")
+    return note
 
 
 def _whole_region(dag, plan: Plan, measured: MeasuredCost) -> Plan | None:
@@ -333,8 +381,3 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
         infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
     return executable_for(g, kernels, infos)
 
-
-def executable_for(g: Graph, kernels, infos) -> Executable:
-    types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
-    constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
-    return Executable(Signature.of(g), kernels, infos, types, constants)

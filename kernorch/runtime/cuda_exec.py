@@ -6,12 +6,14 @@ Calls take NumPy arrays or tensors on any device and answer on the device of the
 and the static outputs are cloned (so results survive the next call). No graph is used under the
 Triton interpreter (CPU tensors) or when a kernel runs on the host (an opaque prim).
 
-Saved like the CPU model (model.py): the kernel records hold each Triton kernel's TritonSpec,
-whose source is re-emitted at load for the device at hand; nothing is re-tuned.
+Saved like the CPU model (model.py, saved.py): a Triton kernel's record holds its tile
+configuration; loading lowers it again from its prims and emits it for the device at hand (no
+generated source is read back); nothing is re-tuned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,8 +22,9 @@ import numpy as np
 import torch
 
 from kernorch.codegen.runner import TORCH_DTYPE
-from kernorch.codegen.triton_kernel import (CudaLinearKernel, CudaOpaqueKernel, HostKernel, TritonKernel, cuda_device,
-                                            precompile)
+from kernorch.codegen.triton_kernel import (CudaLinearKernel, CudaOpaqueKernel, HostKernel, TritonKernel, build_cuda,
+                                            cuda_device, precompile)
+from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
@@ -169,39 +172,52 @@ def cuda_executable(g: Graph, kernels, infos, device: torch.device, options: Cud
 
 
 # -- persistence (called by model.py) ---------------------------------------------------------
-def kernel_record(kern) -> dict:
-    """What a saved model keeps of a kernel besides provider, members and outputs."""
+def kernel_record(kern, w) -> dict:
+    """What rebuilds a kernel on target "cuda", by its kind: a Triton kernel is lowered again from
+    its prims with its tile configuration (its source is never read back)."""
     if isinstance(kern, TritonKernel):
-        return {"spec": kern.spec, "source": kern.source}
-    return {}
+        return {"kind": "triton", "config": dataclasses.asdict(kern.spec.config), "key": kern.spec.key}
+    for cls, kind in ((CudaLinearKernel, "linear"), (CudaOpaqueKernel, "reference"), (HostKernel, "host")):
+        if isinstance(kern, cls):
+            return {"kind": kind}
+    raise KernorchError(f"cannot save a {type(kern).__name__} kernel")
 
 
 def save_meta(ex: CudaExecutable) -> dict:
-    return {"target": TARGET, "options": ex.options}
+    return {"options": dataclasses.asdict(ex.options)}
 
 
-def load_cuda(d: Path, g: Graph, meta: dict, device: str | torch.device | None = None):
+def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None = None):
     """Rebuild a saved CUDA model's kernels on ``device`` (default: options.device, else the
-    current GPU, or the CPU under TRITON_INTERPRET=1)."""
-    from kernorch.runtime.model import CompiledModel
+    current GPU, or the CPU under TRITON_INTERPRET=1). ``r`` is the saved.Reader of its directory."""
+    from kernorch.runtime.model import CompiledModel, kernel_info, kernel_members
 
-    options: CudaOptions = meta.get("options") or CudaOptions()
+    opts = meta.get("options") or {}
+    fields = {f.name: f.type for f in dataclasses.fields(CudaOptions)}
+    if not isinstance(opts, dict) or not set(opts) <= set(fields) or not all(
+            isinstance(v, bool) if k != "device" else v is None or isinstance(v, str) for k, v in opts.items()):
+        raise KernorchError("malformed CUDA options")
+    options = CudaOptions(**opts)
     dev = torch.device(device) if device is not None else (
         torch.device(options.device) if options.device else cuda_device())
     kernels, infos = [], []
-    for rec in meta["kernels"]:
-        prov = rec["provider"]
-        members, outputs = set(rec["members"]), list(rec["outputs"])
-        if prov == "triton":
-            kernels.append(TritonKernel(rec["spec"], g.types, dev))  # re-emitted for this device
-        elif prov == "torch":
-            kernels.append(CudaLinearKernel(g, members, outputs, dev))
-        elif prov == "reference":
-            kernels.append(CudaOpaqueKernel(g, members, dev))
-        elif prov == "host":
-            kernels.append(HostKernel(g, members, outputs, dev))
+    for k, rec in enumerate(meta["kernels"]):
+        members, outputs = kernel_members(g, rec)
+        kind = rec["kind"]
+        if kind == "triton":
+            config = {key: int(v) for key, v in rec["config"].items() if key in TritonConfig.__dataclass_fields__}
+            kern = build_cuda(g, members, outputs, dev, TritonConfig(**config))
+            if not isinstance(kern, TritonKernel) or kern.spec.key != rec["key"]:
+                raise KernorchError(f"kernel {k}: lowered again, it is not the saved Triton kernel")
+        elif kind == "linear":
+            kern = CudaLinearKernel(g, members, outputs, dev)
+        elif kind == "reference":
+            kern = CudaOpaqueKernel(g, members, dev)
+        elif kind == "host":
+            kern = HostKernel(g, members, outputs, dev)
         else:
-            raise KernorchError(f"{d}: kernel provider {prov!r} cannot run on target cuda")
-        infos.append(rec["info"])
+            raise KernorchError(f"kernel {k}: kind {str(kind)[:20]!r} cannot run on target cuda")
+        kernels.append(kern)
+        infos.append(kernel_info(rec["info"]))
     precompile(kernels)
-    return CompiledModel(cuda_executable(g, kernels, infos, dev, options), meta.get("report"), g)
+    return CompiledModel(cuda_executable(g, kernels, infos, dev, options), report, g)

@@ -180,3 +180,10 @@ class Executable:
                 kern._run(ins, outs)
                 times[k].append(time.perf_counter() - t0)
         return [float(np.median(t)) for t in times]
+
+
+def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo]) -> Executable:
+    """The Executable of built ``kernels`` over graph ``g`` (its types and the constants they read)."""
+    types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
+    constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
+    return Executable(Signature.of(g), kernels, infos, types, constants)

@@ -1,27 +1,32 @@
 """CompiledModel: the user-facing callable, its report, and save/load without re-tuning.
 
-A saved model is a directory: ``graph.pkl`` (the rewritten primitive graph with its weights),
-``kernels.pkl`` (per kernel: provider, members, outputs, and for generated C its loop-level spec
-and the name of its shared library) and ``libs/*.so``. Loading rebuilds nothing: it loads the
-libraries and wires the kernels up again; the optimizer (enumeration, solver, tuning) is not needed.
+``save`` writes the directory described in saved.py (JSON plan and kernel records, safetensors
+weights, libraries and ONNX models stored by content hash). Every kernel kind saves what rebuilds
+it: generated C its library and function, PyTorch/onnxruntime/OpenVINO kernels their provider's
+``BuiltKernel.state`` (reloaded by that provider's ``load``), the code generator's linear and
+reference kernels only their prims. Loading rebuilds nothing that needs the optimizer (no
+enumeration, solving or tuning) and never unpickles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import pickle
-import shutil
+import re
 from pathlib import Path
 from typing import Any
 
 from kernorch.codegen.build import function as library_function, load as load_library
+from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
-from kernorch.runtime.executable import Executable
+from kernorch.runtime import saved
+from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = saved.VERSION
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
 
 
 class CompiledModel:
@@ -71,6 +76,8 @@ class CompiledModel:
                          f"{r.failed} rejected); {r.plan_summary}")
             if r.opaque:
                 lines.append(f"opaque ops: {r.opaque}")
+            if r.timing_note():
+                lines.append(r.timing_note())
         lines.append(f"{'#':>4} {'provider':<9} {label + ' ms':>11} {'share':>6}  prims")
         for k, (info, s) in enumerate(zip(infos, secs)):
             ops = " ".join(info.ops) if len(info.ops) <= 12 else _census(info.ops)
@@ -80,79 +87,149 @@ class CompiledModel:
 
     # -- persistence ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
+        """Write the model to directory ``path`` (created; files of an earlier save are replaced)."""
         if self.graph is None:
             raise KernorchError("this model has no graph attached and cannot be saved")
         d = Path(path)
-        (d / "libs").mkdir(parents=True, exist_ok=True)
-        records = []
-        for kern, info in zip(self.executable.kernels, self.executable.infos):
-            rec = {"provider": kern.provider, "members": info.members, "outputs": tuple(kern.outputs), "info": info}
-            if getattr(self.executable, "target", "cpu") == "cuda":
-                from kernorch.runtime.cuda_exec import kernel_record
+        w = saved.Writer(d)
+        target = getattr(self.executable, "target", "cpu")
+        m: dict[str, Any] = {"format": saved.FORMAT, "version": saved.VERSION, "target": target}
+        if target == "cuda":
+            from kernorch.runtime.cuda_exec import kernel_record, save_meta
 
-                rec.update(kernel_record(kern))
-            elif isinstance(kern, CKernel):
-                so = Path(kern.lib._name)
-                shutil.copy2(so, d / "libs" / so.name)
-                rec.update(spec=kern.spec, source=kern.source, lib=so.name, threads=kern.num_threads)
-            records.append(rec)
-        with open(d / "graph.pkl", "wb") as f:
-            pickle.dump(self.graph, f, protocol=5)
-        with open(d / "kernels.pkl", "wb") as f:
-            meta = {"format": FORMAT_VERSION, "kernels": records, "report": self.report}
-            if getattr(self.executable, "target", "cpu") == "cuda":
-                from kernorch.runtime.cuda_exec import save_meta
-
-                meta.update(save_meta(self.executable))
-            pickle.dump(meta, f, protocol=5)
+            m.update(save_meta(self.executable))
+        else:
+            kernel_record = _kernel_record
+        m["weights"] = w.weights(self.graph.constants)
+        m["graph"] = saved.graph_json(self.graph)
+        m["kernels"] = [{**kernel_record(kern, w), "members": list(info.members), "outputs": list(kern.outputs),
+                         "info": dataclasses.asdict(info)}
+                        for kern, info in zip(self.executable.kernels, self.executable.infos)]
+        m["report"] = dataclasses.asdict(self.report) if dataclasses.is_dataclass(self.report) else None
+        w.manifest(m)  # last: a directory is a saved model once its manifest is complete
         return d
 
 
 def load(path: str | os.PathLike, device: Any = None) -> CompiledModel:
-    """Load a model saved by ``CompiledModel.save`` (no tuning, no compilation; a CUDA model's
-    Triton kernels are compiled by Triton's JIT, from its cache, on ``device`` or the current GPU)."""
-    d = Path(path)
-    if not (d / "kernels.pkl").exists() or not (d / "graph.pkl").exists():
-        raise KernorchError(f"{d}: not a saved kernorch model (kernels.pkl / graph.pkl missing)")
-    with open(d / "graph.pkl", "rb") as f:
-        g: Graph = pickle.load(f)
-    with open(d / "kernels.pkl", "rb") as f:
-        meta = pickle.load(f)
-    if meta.get("format") != FORMAT_VERSION:
-        raise KernorchError(f"{d}: saved with format {meta.get('format')}, this kernorch reads {FORMAT_VERSION}")
-    if meta.get("target") == "cuda":
-        from kernorch.runtime.cuda_exec import load_cuda
+    """Load a model saved by ``CompiledModel.save`` (no tuning, no code generation; a CUDA model's
+    Triton kernels are lowered again from their prims and compiled by Triton's JIT on ``device``
+    or the current GPU). A directory that is not a valid saved model is one ``SavedModelError``."""
+    r = saved.Reader(Path(path))
+    m = r.manifest()
+    what = "the graph or weights"
+    try:
+        g = saved.graph_from_json(m["graph"], r.weights(m["weights"]))
+        what = "the report"
+        report = _report(m.get("report"))
+        if m.get("target") == "cuda":
+            from kernorch.runtime.cuda_exec import load_cuda
 
-        return load_cuda(d, g, meta, device)
-    kernels, infos = [], []
-    for rec in meta["kernels"]:
-        prov = rec["provider"]
-        if prov == "c":
-            lib = load_library((d / "libs" / rec["lib"]).resolve())
-            fn = library_function(lib, rec["spec"].name)
-            kernels.append(CKernel(rec["spec"], fn, lib, rec["source"], rec["threads"], g.types))
-        elif prov == "torch":
-            kernels.append(LinearKernel(g, set(rec["members"]), list(rec["outputs"])))
-        elif prov == "reference":
-            kernels.append(OpaqueKernel(g, set(rec["members"])))
-        else:
-            kernels.append(_rebuild_external(d, g, prov, rec))
-        infos.append(rec["info"])
-    from kernorch.runtime.compile import executable_for
-
-    return CompiledModel(executable_for(g, kernels, infos), meta.get("report"), g)
+            return load_cuda(r, g, m, report, device)
+        if m.get("target") != "cpu":
+            raise r.fail(f"unknown target {str(m.get('target'))[:20]!r}")
+        kernels, infos = [], []
+        for k, rec in enumerate(m["kernels"]):
+            what = f"kernel {k}"
+            members, outputs = kernel_members(g, rec)
+            kernels.append(_load_kernel(r, g, rec, members, outputs))
+            infos.append(kernel_info(rec["info"]))
+    except KernorchError as e:
+        raise r.fail(f"{what}: {saved.one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001 - whatever a tampered file triggers is one line
+        raise r.fail(f"{what} is malformed or tampered ({type(e).__name__}: {saved.one_line(e)})") from None
+    return CompiledModel(executable_for(g, kernels, infos), report, g)
 
 
-def _rebuild_external(d: Path, g: Graph, name: str, rec: dict):
-    """Kernels of external providers (onnxruntime, OpenVINO, PyTorch variants) are rebuilt from
-    their prims: a session is created, nothing is tuned."""
+def _kernel_record(kern, w: saved.Writer) -> dict:
+    """What rebuilds a CPU kernel, by its kind (the class that runs it, not its provider's name)."""
+    if isinstance(kern, CKernel):
+        return {"kind": "c", "inputs": list(kern.inputs), "function": kern.spec.name, "threads": kern.num_threads,
+                "workspace": kern.spec.workspace, "key": kern.spec.key,
+                "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
+    if isinstance(kern, ProviderKernel):
+        return {"kind": "provider", "provider": kern.provider, "state": w.state(kern.built.state)}
+    if isinstance(kern, LinearKernel):
+        return {"kind": "linear"}
+    if isinstance(kern, OpaqueKernel):
+        return {"kind": "reference"}
+    raise KernorchError(f"cannot save a {type(kern).__name__} kernel")
+
+
+def _load_kernel(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: list[int]):
+    kind = rec["kind"]
+    if kind == "c":
+        return _load_c(r, g, rec, members, outputs)
+    if kind == "provider":
+        return ProviderKernel(load_provider_kernel(g, rec["provider"], r.state(rec["state"]), members, outputs))
+    if kind == "linear":
+        return LinearKernel(g, members, outputs)
+    if kind == "reference":
+        return OpaqueKernel(g, members)
+    raise KernorchError(f"unknown kernel kind {str(kind)[:20]!r}")
+
+
+def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: list[int]) -> CKernel:
+    """A generated kernel from its library (hash-checked) and its function's name. Its arguments
+    must be values its prims read and write, so a tampered record cannot point it elsewhere."""
+    inputs = [saved.as_int(v) for v in rec["inputs"]]
+    name, threads, workspace = rec["function"], saved.as_int(rec["threads"]), saved.as_int(rec["workspace"])
+    if not set(inputs) <= set(g.boundary(members)[0]) or not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise KernorchError("its arguments or function name do not match its prims")
+    if not 1 <= threads <= 4096 or not 0 <= workspace < 1 << 40:
+        raise KernorchError(f"implausible threads {threads} or workspace {workspace}")
+    spec = KernelSpec(name, (), (), (), tuple(inputs), tuple(outputs), str(rec["key"]), workspace=workspace)
+    lib = load_library(r.blob_path(rec["lib"]).resolve())
+    source = r.blob(rec["source"]).decode()
+    return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
+
+
+def kernel_members(g: Graph, rec: dict) -> tuple[set[int], list[int]]:
+    """A kernel record's prims and outputs, checked: prims of the graph, outputs among them."""
+    members = {saved.as_int(v) for v in rec["members"]}
+    outputs = [saved.as_int(v) for v in rec["outputs"]]
+    produced = {p.output for p in g.prims}
+    if not members or not members <= produced or not set(outputs) <= members:
+        raise KernorchError("its prims or outputs are not prims of the graph")
+    return members, outputs
+
+
+def kernel_info(d: dict) -> KernelInfo:
+    seconds = d["seconds"]
+    if seconds is not None and not isinstance(seconds, (int, float)):
+        raise KernorchError("its priced seconds are not a number")
+    return KernelInfo(tuple(saved.as_int(v) for v in d["members"]), tuple(str(o) for o in d["ops"]),
+                      str(d["provider"]), seconds)
+
+
+def load_provider_kernel(g: Graph, name: Any, state: dict, members: set[int], outputs: list[int]):
+    """A provider kernel rebuilt by its own provider (``Provider.load``), checked against its prims."""
     from kernorch.providers import default_providers
-    from kernorch.runtime.executable import ProviderKernel
 
-    prov = {p.name: p for p in default_providers(rec.get("threads"))}.get(name)
-    if prov is None or not prov.available():
-        raise KernorchError(f"{d}: kernel provider {name!r} is not installed here (pip install 'kernorch[{name}]')")
-    return ProviderKernel(prov.build(g, set(rec["members"]), list(rec["outputs"])))
+    threads = saved.as_int(state["threads"])
+    if not 1 <= threads <= 4096:
+        raise KernorchError(f"implausible threads {threads}")
+    prov = next((p for p in default_providers(threads) if p.name == name), None)
+    if prov is None:
+        raise KernorchError(f"unknown kernel provider {str(name)[:20]!r}")
+    if not prov.available():
+        raise KernorchError(f"kernel provider {name!r} is not installed here (pip install 'kernorch[{name}]')")
+    built = prov.load(g, members, outputs, state)
+    sub = g.subgraph(members, outputs)
+    if list(built.inputs) != list(sub.inputs) or list(built.outputs) != list(sub.outputs):
+        raise KernorchError(f"the {name} kernel's inputs or outputs differ from its prims'")
+    return built
+
+
+def _report(d: Any):
+    """The compile report (plain values only) as the report class, or None."""
+    if d is None:
+        return None
+    from kernorch.runtime.compile import CompileReport
+
+    known = {f.name for f in dataclasses.fields(CompileReport)}
+    if not isinstance(d, dict) or not {"strategy", "cost"} <= set(d):
+        raise KernorchError("not a compile report")
+    return CompileReport(**{k: v for k, v in d.items() if k in known})
 
 
 def _census(ops) -> str:
