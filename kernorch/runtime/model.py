@@ -110,10 +110,14 @@ class CompiledModel:
         return d
 
 
-def load(path: str | os.PathLike, device: Any = None) -> CompiledModel:
-    """Load a model saved by ``CompiledModel.save`` (no tuning, no code generation; a CUDA model's
-    Triton kernels are lowered again from their prims and compiled by Triton's JIT on ``device``
-    or the current GPU). A directory that is not a valid saved model is one ``SavedModelError``."""
+def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool = False) -> CompiledModel:
+    """Load a model saved by ``CompiledModel.save``: no tuning, and nothing read from the directory
+    runs as code. Generated C kernels are generated again from the saved plan and compiled here
+    (cached by source, so usually no compiler runs), and must equal the saved code; with
+    ``trust_libraries`` the saved libraries are loaded instead (hash-checked; no compiler needed;
+    only for directories you trust: a library is native code). A CUDA model's Triton kernels are
+    lowered again from their prims and compiled by Triton's JIT on ``device`` or the current GPU.
+    A directory that is not a valid saved model is one ``SavedModelError`` line."""
     r = saved.Reader(Path(path))
     m = r.manifest()
     what = "the graph or weights"
@@ -127,17 +131,42 @@ def load(path: str | os.PathLike, device: Any = None) -> CompiledModel:
             return load_cuda(r, g, m, report, device)
         if m.get("target") != "cpu":
             raise r.fail(f"unknown target {str(m.get('target'))[:20]!r}")
-        kernels, infos = [], []
+        kernels, infos, own = [], [], []
         for k, rec in enumerate(m["kernels"]):
             what = f"kernel {k}"
             members, outputs = kernel_members(g, rec)
-            kernels.append(_load_kernel(r, g, rec, members, outputs))
+            if rec["kind"] == "c" and not trust_libraries:
+                own.append((k, rec, members, outputs))
+                kernels.append(None)
+            else:
+                kernels.append(_load_kernel(r, g, rec, members, outputs))
             infos.append(kernel_info(rec["info"]))
+        what = "a generated kernel"
+        for k, kern in _generate_again(r, g, own):
+            kernels[k] = kern
     except KernorchError as e:
         raise r.fail(f"{what}: {saved.one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - whatever a tampered file triggers is one line
         raise r.fail(f"{what} is malformed or tampered ({type(e).__name__}: {saved.one_line(e)})") from None
     return CompiledModel(executable_for(g, kernels, infos), report, g)
+
+
+def _generate_again(r: saved.Reader, g: Graph, own: list) -> list[tuple[int, CKernel]]:
+    """Saved C kernels generated again from their prims (one compiler call per thread count,
+    cached by source) and checked against the saved source: same code, same results."""
+    from kernorch.codegen.build import build_many
+
+    out = []
+    for threads in sorted({saved.as_int(rec["threads"]) for _, rec, _, _ in own}):
+        batch = [(k, rec, members, outputs) for k, rec, members, outputs in own if rec["threads"] == threads]
+        built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads)
+        for (k, rec, _, _), kern in zip(batch, built):
+            before = r.blob(rec["source"]).decode()
+            if not isinstance(kern, CKernel) or before.replace(str(rec["function"]), kern.spec.name) != kern.source:
+                raise KernorchError(f"kernel {k}: its C code generated again differs from the saved code (saved by "
+                                    "another kernorch?); compile the model again, or load(..., trust_libraries=True)")
+            out.append((k, kern))
+    return out
 
 
 def _kernel_record(kern, w: saved.Writer) -> dict:
@@ -173,13 +202,14 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
     must be values its prims read and write, so a tampered record cannot point it elsewhere."""
     inputs = [saved.as_int(v) for v in rec["inputs"]]
     name, threads, workspace = rec["function"], saved.as_int(rec["threads"]), saved.as_int(rec["workspace"])
-    if not set(inputs) <= set(g.boundary(members)[0]) or not isinstance(name, str) or not _IDENT.fullmatch(name):
-        raise KernorchError("its arguments or function name do not match its prims")
+    source = r.blob(rec["source"]).decode()
+    if (not set(inputs) <= set(g.boundary(members)[0]) or not isinstance(name, str) or not _IDENT.fullmatch(name)
+            or f"void {name}(" not in source):
+        raise KernorchError("its arguments or function name do not match its prims and source")
     if not 1 <= threads <= 4096 or not 0 <= workspace < 1 << 40:
         raise KernorchError(f"implausible threads {threads} or workspace {workspace}")
     spec = KernelSpec(name, (), (), (), tuple(inputs), tuple(outputs), str(rec["key"]), workspace=workspace)
     lib = load_library(r.blob_path(rec["lib"]).resolve())
-    source = r.blob(rec["source"]).decode()
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
 
 
