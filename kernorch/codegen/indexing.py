@@ -74,6 +74,8 @@ def _norm_atom(a, sizes: Sequence[int]) -> Expr:
         return ix.maximum(normalize(a.a, sizes), normalize(a.b, sizes), sizes)
     if isinstance(a, ix.Lookup):
         return ix.lookup(a.table, normalize(a.x, sizes), sizes)
+    if isinstance(a, ix.Loaded):
+        return ix.Expr(((a, 1),), 0)
     raise TypeError(a)
 
 

@@ -164,7 +164,27 @@ class Inliner:
             return b.let("select", out.dtype, (ok, x, b.imm(m.pad, out.dtype)))
         if p.op is Op.CONCAT:
             return self._concat(p, idx)
+        if p.op is Op.GATHER:
+            return self._gather(p, idx)
         raise NotImplementedError(f"{p.op.value} cannot be inlined")
+
+    def _gather(self, p: Prim, idx: tuple[Expr, ...]) -> str:
+        """Read the data at an index whose gathered coordinates are loaded values, wrapped once
+        when negative and clamped into range (Note [gather bounds]): never out of bounds."""
+        a = p.attrs
+        coords = [self._sub(e, idx) for e in a.data.index]
+        for k, (ax, m) in enumerate(zip(a.axes, a.indices)):
+            n = a.data.in_shape[ax]
+            raw = self.value(p.inputs[1 + k], [self._sub(e, idx) for e in m.index])
+            coords[ax] = ix.loaded(self._index_scalar(raw, n), n)
+        return self.value(p.inputs[0], coords)
+
+    def _index_scalar(self, raw: str, n: int) -> str:
+        b = self.body
+        x = b.cast(raw, "int64")
+        zero, last = b.imm(0, "int64"), b.imm(n - 1, "int64")
+        wrapped = b.let("select", "int64", (b.let("lt", "bool", (x, zero)), b.let("add", "int64", (x, b.imm(n, "int64"))), x))
+        return b.let("min", "int64", (b.let("max", "int64", (wrapped, zero)), last))
 
     def _sub(self, e: Expr, idx: Sequence[Expr]) -> Expr:
         return indexing.normalize(ix.substitute(e, list(idx), self.sizes), self.sizes)

@@ -195,6 +195,8 @@ class _Printer:
                 if not a.x.terms:
                     return f"tl.load(tab + {base + min(max(a.x.const, 0), n - 1)})"
                 return f"tl.load(tab + ({base} + tl.minimum(tl.maximum({x}, 0), {n - 1})))"
+            if isinstance(a, ix.Loaded):
+                return a.name
             raise TypeError(a)
 
         parts = []

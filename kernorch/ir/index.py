@@ -78,6 +78,19 @@ class Lookup(Atom):
 
 
 @dataclass(frozen=True, slots=True)
+class Loaded(Atom):
+    """An index read at run time (a gather's index): the kernel scalar named ``name``, which the
+    code generator has already wrapped and clamped into ``[0, n)`` (Note [gather bounds] in
+    ir/layout.py). Only code generators build these; it has no value outside a kernel body."""
+
+    name: str
+    n: int
+
+    def __repr__(self) -> str:
+        return f"${self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class Expr:
     """``sum(coef * atom for atom, coef in terms) + const`` in normal form."""
 
@@ -131,6 +144,10 @@ def const(c: int) -> Expr:
 
 def var(i: int) -> Expr:
     return Expr(((Var(i), 1),), 0)
+
+
+def loaded(name: str, n: int) -> Expr:
+    return Expr(((Loaded(name, int(n)), 1),), 0)
 
 
 def _as_expr(x: Expr | int) -> Expr:
@@ -199,6 +216,8 @@ def _atom_bounds(a: Atom, sizes: Sequence[int]) -> tuple[int, int]:
         return max(alo, blo), max(ahi, bhi)
     if isinstance(a, Lookup):
         return min(a.table), max(a.table)
+    if isinstance(a, Loaded):
+        return 0, max(a.n - 1, 0)
     raise TypeError(a)
 
 
@@ -304,6 +323,8 @@ def _subst_atom(a: Atom, values: Sequence[Expr], sizes: Sequence[int]) -> Expr:
         return maximum(substitute(a.a, values, sizes), substitute(a.b, values, sizes), sizes)
     if isinstance(a, Lookup):
         return lookup(a.table, substitute(a.x, values, sizes), sizes)
+    if isinstance(a, Loaded):
+        return _atom(a)
     raise TypeError(a)
 
 
@@ -369,6 +390,8 @@ def render(e: Expr, name: Callable[[int], str], sizes: Sequence[int],
                 raise ValueError("rendering a table lookup needs a table printer")
             x = render(a.x, name, sizes, table, floordiv_fn, mod_fn, min_fn, max_fn)
             return f"{table(a.table)}[{x}]"
+        if isinstance(a, Loaded):
+            return a.name
         raise TypeError(a)
 
     parts = []
