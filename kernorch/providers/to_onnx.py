@@ -18,6 +18,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from kernorch.ir import index as ix
+from kernorch.ir import layout
+from kernorch.ir.layout import IndexMap
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Op, Prim, ValueId
 from kernorch.providers.base import ProviderError
@@ -195,6 +197,8 @@ class _Emitter:
             self.node("Concat", ins, out, axis=p.attrs.axis)
         elif op is Op.VIEW:
             self._view(p, ins[0], dts[0], out)
+        elif op is Op.GATHER:
+            self._gather(p, ins, out)
         elif op is Op.MATMUL:
             self.node("MatMul", ins, out)
         elif op in (Op.CONV, Op.CONV_TRANSPOSE):
@@ -421,13 +425,56 @@ class _Emitter:
         self.nodes.append(node)
 
     def _view(self, p: Prim, x: str, dtype: str, out: str) -> None:
-        plan = plan_view(p.attrs.map)
+        self.node("Identity", [self._apply(p.attrs.map, x, dtype)], out)
+
+    def _apply(self, m: IndexMap, x: str, dtype: str) -> str:
+        if m.is_identity():
+            return x
+        plan = plan_view(m)
         self.views[plan.kind] += 1
-        shape = p.attrs.map.in_shape
+        shape = m.in_shape
         for st in plan.steps:
             x = self._step(st, x, dtype, shape)
             shape = shape_after(shape, st)
-        self.node("Identity", [x], out)
+        return x
+
+    def _gather(self, p: Prim, ins: list[str], out: str) -> None:
+        """A runtime gather back as the ONNX node it came from (Gather, GatherElements, GatherND)
+        when its maps are exactly that node's; any other map (a gather composed with views) as
+        one GatherND over explicit coordinates: constant ones for the plain axes, the viewed and
+        wrapped index tensors for the gathered ones."""
+        a = p.attrs
+        data_shape, idx = a.data.in_shape, p.inputs[1:]
+        ishape = [self.sub.types[v].shape for v in idx]
+        if len(a.axes) == 1:
+            ax = a.axes[0]
+            for op_type, ctor in (("Gather", layout.gather_take), ("GatherElements", layout.gather_elements)):
+                if (op_type == "Gather" or len(ishape[0]) == len(data_shape)) and \
+                        ctor(data_shape, ax, ishape[0]) == (a.data, a.indices):
+                    self.node(op_type, [ins[0], ins[1]], out, axis=ax)
+                    return
+        ax0 = a.axes[0]
+        if (len(set(idx)) == 1 and ishape[0] and ishape[0][-1] == len(a.axes)
+                and a.axes == tuple(range(ax0, ax0 + len(a.axes)))
+                and tuple(ishape[0][:ax0]) == tuple(data_shape[:ax0])
+                and layout.gather_nd(data_shape, ishape[0], ax0) == (a.data, a.indices)):
+            coords = self.cast(ins[1], self.dtype(idx[0]), "int64")
+            self.node("GatherND", [ins[0], coords], out, batch_dims=ax0)
+            return
+        out_shape = a.data.out_shape
+        grid = np.indices(out_shape, dtype=np.int64) if out_shape else []
+        parts = []
+        for d, e in enumerate(a.data.index):
+            if d in a.axes:
+                k = a.axes.index(d)
+                v = self.cast(self._apply(a.indices[k], ins[1 + k], self.dtype(idx[k])), self.dtype(idx[k]), "int64")
+                n = self.const(np.array(data_shape[d], dtype=np.int64))
+                neg = self.node("Less", [v, self.const(np.array(0, dtype=np.int64))])
+                v = self.node("Where", [neg, self.node("Add", [v, n]), v])
+            else:
+                v = self.const(np.broadcast_to(np.asarray(ix.evaluate(e, list(grid)), dtype=np.int64), out_shape))
+            parts.append(self.node("Unsqueeze", [v, self.const(np.array([-1], dtype=np.int64))]))
+        self.node("GatherND", [ins[0], self.node("Concat", parts, axis=-1)], out)
 
     def _step(self, st: Step, x: str, dtype: str, shape: tuple[int, ...]) -> str:
         i64 = lambda v: self.const(np.array(v, dtype=np.int64))  # noqa: E731
