@@ -166,8 +166,9 @@ class Writer:
         """A provider's kernel state as JSON: bytes become blobs, the rest must be JSON already."""
         if isinstance(x, bytes):
             return {"@blob": self.blob(x, "bin")}
-        if isinstance(x, dict):
-            return {str(k): self.state(v) for k, v in x.items()}
+        if isinstance(x, dict):  # bytes under a key like "onnx" are stored as blobs/<sha256>.onnx
+            return {str(k): {"@blob": self.blob(v, k)} if isinstance(v, bytes) and re.fullmatch("[a-z]{1,8}", k)
+                    else self.state(v) for k, v in x.items()}
         if isinstance(x, (list, tuple, frozenset)):
             return [self.state(e) for e in (sorted(x) if isinstance(x, frozenset) else x)]
         if x is None or isinstance(x, (bool, int, float, str)):

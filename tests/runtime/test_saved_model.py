@@ -1,0 +1,151 @@
+"""Saved models: a round trip through a new process gives bit-identical outputs for plans holding a
+kernel of every kind (generated C, the code generator's linear and reference kernels, the PyTorch,
+onnxruntime and OpenVINO providers, provider regions), and the files are data, not code."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import kernorch
+from kernorch.orchestrate.measure import MeasuredCost
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Net(torch.nn.Module):
+    """relu before a conv (a PyTorch-provider kernel: issue 14's load bug), elementwise work and a
+    softmax (generated C), and a ScatterElements (no fission rule: a reference kernel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.register_buffer("idx", torch.tensor([3, 1, 0, 2]).expand(1, 8, 16, 4).contiguous())
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        y = torch.softmax(y * torch.sigmoid(y), dim=1)
+        return y.scatter(3, self.idx, y[..., 4:8] * 2.0)
+
+
+# case -> compile options, and the provider that the case's timer favours (None: roofline costs)
+CASES = {
+    "roofline": (dict(cost="model", regions=False), None),
+    "torch": (dict(providers=("torch",), regions=False), "torch"),
+    "torch_jit": (dict(providers=("torch_jit",), regions=False), "torch_jit"),
+    "ort": (dict(providers=("ort",), regions=False), "ort"),
+    "openvino": (dict(providers=("openvino",), regions=False), "openvino"),
+    "ort_region": (dict(providers=("ort",)), "ort"),
+    "openvino_region": (dict(providers=("openvino",)), "openvino"),
+}
+
+
+def _favour(monkeypatch, name: str) -> None:
+    """Every kernel ``name`` runs is priced nearly free (after running it once), so the plan uses
+    that provider wherever it can, whatever this noisy machine's timings say."""
+    real_init = MeasuredCost.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        timer = self.timer
+
+        def favoured(fn, who):
+            if who != name:
+                return timer(fn, who)
+            fn()
+            return 1e-7
+
+        self.timer = favoured
+
+    monkeypatch.setattr(MeasuredCost, "__init__", init)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """case -> (directory, input, in-process output, kernel kinds, model)."""
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    want = net(x).detach().numpy()
+    root = tmp_path_factory.mktemp("saved")
+    out = {}
+    for case, (opts, favoured) in CASES.items():
+        with pytest.MonkeyPatch.context() as mp:
+            if favoured:
+                _favour(mp, favoured)
+            model = kernorch.compile(net, x, db=root / f"{case}.sqlite", threads=2, progress=False, **opts)
+        got = model(x.numpy())
+        assert np.abs(got - want).max() <= 1e-4, f"{case}: the compiled model disagrees with PyTorch"
+        d = model.save(root / case)
+        kinds = [(k["kind"], k.get("provider")) for k in json.loads((d / "model.json").read_text())["kernels"]]
+        np.save(root / f"{case}.npy", got)
+        out[case] = (d, x.numpy(), got, kinds, model)
+    return out
+
+
+def test_every_kernel_kind_is_in_some_plan(saved):
+    kinds = {kind for case in saved.values() for kind in case[3]}
+    for want in [("c", None), ("linear", None), ("reference", None), ("provider", "torch"),
+                 ("provider", "torch_jit"), ("provider", "ort"), ("provider", "openvino")]:
+        assert want in kinds, f"no plan has a {want} kernel: {sorted(kinds, key=str)}"
+    for case in ("ort_region", "openvino_region"):
+        assert "provider region" in saved[case][4].report.plan_summary, saved[case][4].summary()
+
+
+def test_pytorch_provider_kernel_with_a_computed_conv_operand_round_trips(saved):
+    """Issue 14: relu + conv by the PyTorch provider was reloaded as the code generator's linear
+    kernel, which cannot take a computed operand ('%32 feeding conv is computed')."""
+    d, x, got, kinds, model = saved["torch"]
+    relu_conv = [i for i in model.executable.infos if i.provider == "torch" and {"relu", "conv"} <= set(i.ops)]
+    assert relu_conv, model.summary()
+    again = kernorch.load(d)
+    assert np.array_equal(again(x), got)
+    assert [k.provider for k in again.kernels] == [k.provider for k in model.kernels]
+
+
+LOADER = """
+import sys, numpy as np, kernorch
+root = sys.argv[1]
+x = np.load(root + "/x.npy")
+for case in sys.argv[2:]:
+    np.save(f"{root}/{case}.again.npy", kernorch.load(f"{root}/{case}")(x))
+"""
+
+
+def test_round_trip_in_a_new_process_is_bit_identical(saved):
+    root = next(iter(saved.values()))[0].parent
+    np.save(root / "x.npy", next(iter(saved.values()))[1])
+    proc = subprocess.run([sys.executable, "-c", LOADER, str(root), *saved], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for case, (_, _, got, _, _) in saved.items():
+        again = np.load(root / f"{case}.again.npy")
+        assert again.dtype == got.dtype and np.array_equal(again, got), case
+    run = subprocess.run([sys.executable, "-m", "kernorch", "run", str(saved["torch"][0]), "--repeat", "1"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0 and "error" not in run.stderr, run.stderr
+
+
+def test_trusted_libraries_load_the_saved_code(saved):
+    d, x, got, kinds, _ = saved["roofline"]
+    assert ("c", None) in kinds
+    assert np.array_equal(kernorch.load(d, trust_libraries=True)(x), got)
+
+
+def test_saved_directory_holds_json_safetensors_and_hashed_blobs(saved):
+    d = saved["ort"][0]
+    m = json.loads((d / "model.json").read_text())
+    assert m["format"] == "kernorch-model" and m["version"] == kernorch.runtime.saved.VERSION
+    assert sorted(p.name for p in d.iterdir()) == ["blobs", "model.json", "weights.safetensors"]
+    exts = {p.suffix for p in (d / "blobs").iterdir()}
+    assert ".onnx" in exts, exts
+    import hashlib
+
+    for p in (d / "blobs").iterdir():
+        assert p.stem == hashlib.sha256(p.read_bytes()).hexdigest()
