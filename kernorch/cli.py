@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernorch.cli_run import add_commands
 
     add_commands(sub, _add_model_args)
+    from kernorch.cli_db import add_db_commands
+
+    add_db_commands(sub, _add_model_args)
     return p
 
 

@@ -13,8 +13,10 @@ FAR_ABOVE_ROOFLINE_X = 20.0
 # Added to the roofline before comparing: a call through ctypes or a provider costs microseconds
 # the roofline's calibrated launch overhead (one tiny NumPy op) does not include.
 DISPATCH_FLOOR_S = 25e-6
-# Clean samples spread more than this ((max - min) / median) make a price suspect in ``db check``.
+# A median this far above the fastest clean sample (relative, and absolute: microsecond kernels
+# jitter by their whole cost without it mattering to any plan) makes a price suspect in ``db check``.
 HIGH_SPREAD = 0.5
+SPREAD_FLOOR_S = 20e-6
 
 
 def roofline_ratio(rec: Record) -> float | None:
@@ -39,8 +41,8 @@ def doubt(rec: Record) -> str | None:
     ratio = roofline_ratio(rec)
     if ratio is not None and ratio > FAR_ABOVE_ROOFLINE_X:
         why.append(f"{ratio:.0f}x its roofline estimate")
-    if rec.spread is not None and rec.spread > HIGH_SPREAD:
-        why.append(f"samples spread {rec.spread:.0%}")
+    if rec.min_s is not None and rec.seconds - rec.min_s > max(HIGH_SPREAD * rec.min_s, SPREAD_FLOOR_S):
+        why.append(f"median {rec.seconds / rec.min_s - 1:.0%} above the fastest sample")
     return "; ".join(why) or None
 
 

@@ -44,46 +44,51 @@ def run_queue_wait_ns() -> int | None:
     return total
 
 
-class OtherLoad:
-    """Busy cores of *other* processes between ``start()`` and ``stop()``: machine busy time
-    (/proc/stat) minus this process's CPU time. None where /proc/stat is missing."""
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-    def __init__(self) -> None:
-        self._t0 = self._busy0 = self._own0 = 0.0
+
+class LoadMeter:
+    """Cores kept busy by *other* processes: machine busy time (/proc/stat, 10 ms ticks) minus
+    this process's CPU time, over windows of at least ``window_s`` (shorter ones are tick noise).
+    ``read()`` returns the estimate of the last complete window, None before the first one or
+    where /proc/stat is missing."""
+
+    def __init__(self, window_s: float = 0.25) -> None:
+        self.window_s = window_s
+        self.cores = usable_cores()
+        self.last: float | None = None
+        self._mark = self._now()
 
     @staticmethod
-    def _machine_busy_s() -> float | None:
+    def _now() -> tuple[float, float, float] | None:
         try:
             with open("/proc/stat", "rb") as f:
-                fields = [int(x) for x in f.readline().split()[1:]]
+                ticks = [int(x) for x in f.readline().split()[1:]]
         except (OSError, ValueError):
             return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-    @staticmethod
-    def _own_s() -> float:
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
         r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
+        return time.perf_counter(), (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK"), r.ru_utime + r.ru_stime
 
-    def start(self) -> OtherLoad:
-        self._t0, self._busy0, self._own0 = time.perf_counter(), self._machine_busy_s() or 0.0, self._own_s()
-        return self
+    def read(self) -> float | None:
+        now = self._now()
+        if now is None or self._mark is None:
+            self._mark = now
+            return self.last
+        dt = now[0] - self._mark[0]
+        if dt >= self.window_s:
+            others = (now[1] - self._mark[1] - (now[2] - self._mark[2])) / dt
+            self.last = min(float(self.cores), max(0.0, others))
+            self._mark = now
+        return self.last
 
-    def stop(self) -> float | None:
-        busy = self._machine_busy_s()
-        wall = time.perf_counter() - self._t0
-        if busy is None or wall <= 0:
-            return None
-        return max(0.0, (busy - self._busy0 - (self._own_s() - self._own0)) / wall)
 
-
-def free_cores(seconds: float = 0.2) -> tuple[float, int]:
+def free_cores(seconds: float = 0.3) -> tuple[float, int]:
     """(cores other processes keep busy, usable cores), sampled over ``seconds``."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    probe = OtherLoad().start()
+    meter = LoadMeter(window_s=seconds)
     time.sleep(seconds)
-    return probe.stop() or 0.0, cores
+    return meter.read() or 0.0, meter.cores
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,9 @@ class MedianTimer:
         self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
         self.min_warmup_s = min_warmup_s
         self.wait_ns = wait_ns
+        self.load = LoadMeter()
 
     def __call__(self, fn: Callable[[], object], provider: str = "") -> Measurement:
-        load = OtherLoad().start()
         t0 = time.perf_counter()
         runs = 0
         while runs < self.warmup or (time.perf_counter() - t0 < self.min_warmup_s and runs < 1000):
@@ -146,7 +151,7 @@ class MedianTimer:
                 clean.append(wall / number)
                 if len(clean) >= self.repeats:
                     break
-        return summarize(clean, every, self.repeats, load.stop())
+        return summarize(clean, every, self.repeats, self.load.read())
 
 
 def summarize(clean: list[float], every: list[float], wanted: int, load: float | None) -> Measurement:

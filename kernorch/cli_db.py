@@ -1,0 +1,145 @@
+"""``kernorch db stats | check | retune``: look into the tuning database and repair suspicious prices.
+
+``check`` lists prices the measurer would not trust today (orchestrate.trust.doubt: unsettled,
+far above the roofline, widely spread, or measured while other processes kept cores busy);
+``retune MODEL`` re-measures those that MODEL's compile reaches, by compiling it with them
+distrusted, and prints each price before and after.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+
+from kernorch.errors import KernorchError
+
+# A price measured while other processes kept at least this many cores busy is suspect: the
+# machine was shared, even when no sample was visibly preempted (hyperthread siblings, caches).
+BUSY_LOAD = 0.5
+
+
+def add_db_commands(sub, add_model_args) -> None:
+    from kernorch.cli import positive_int
+
+    db = sub.add_parser("db", help="inspect and repair the tuning database",
+                        description="Inspect the tuning database (measured kernel prices) and re-measure "
+                                    "suspicious prices.")
+    dsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    for name, helptext in (("stats", "size, targets, providers and age of the database"),
+                           ("check", "list suspicious prices (exit status 1 when there are any)")):
+        q = dsub.add_parser(name, help=helptext, description=helptext)
+        q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+        q.set_defaults(func=cmd_db_stats if name == "stats" else cmd_db_check)
+    q = dsub.add_parser("retune", help="re-measure the suspicious prices MODEL's compile reaches",
+                        description="Compile MODEL with the suspicious prices of its target distrusted, so each "
+                                    "one it reaches is measured again; print each price before and after. Give "
+                                    "the options the model was compiled with (--threads, --providers, "
+                                    "--no-regions) so the same kernels are reached.")
+    add_model_args(q)
+    q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+    q.add_argument("--threads", type=positive_int, help="CPU threads of the prices to re-measure (default: all)")
+    q.add_argument("--providers", metavar="NAMES", help="external kernel providers, as for compile")
+    q.add_argument("--no-regions", action="store_true", help="as for compile")
+    q.add_argument("--require-quiet", action="store_true", help="as for compile")
+    q.set_defaults(func=cmd_db_retune)
+
+
+def suspicious(db) -> list[tuple[object, str]]:
+    """(row, reason) for every stored price that should not be trusted."""
+    from kernorch.orchestrate.trust import doubt
+
+    out = []
+    for row in db.rows():
+        why = doubt(row.record)
+        if row.record.ok and (row.record.load or 0.0) >= BUSY_LOAD:
+            why = "; ".join(filter(None, [why, f"measured while other processes kept {row.record.load:.1f} "
+                                               f"cores busy"]))
+        if why:
+            out.append((row, why))
+    return out
+
+
+def _open(path):
+    from kernorch.orchestrate.tuning_db import TuningDB, default_path
+
+    p = Path(path) if path else default_path()
+    if not p.exists():
+        raise KernorchError(f"tuning database {p} does not exist (nothing has been tuned into it yet)")
+    return TuningDB(p)
+
+
+def cmd_db_stats(args) -> int:
+    with _open(args.db) as db:
+        rows = list(db.rows())
+        print(f"database  {db.path}  ({db.path.stat().st_size / 1e6:.1f} MB, {len(rows)} records)")
+        if not rows:
+            return 0
+        now = time.time()
+        print(f"age       oldest {_age(now - rows[0].created)}, newest {_age(now - rows[-1].created)}")
+        targets = collections.Counter((r.target, r.version) for r in rows)
+        print("targets   " + ", ".join(f"{t} (code generator {v}): {n}" for (t, v), n in sorted(targets.items())))
+        status = collections.Counter(r.record.status for r in rows)
+        print("status    " + ", ".join(f"{s} {n}" for s, n in status.most_common()))
+        providers = collections.Counter(r.record.provider for r in rows if r.record.ok)
+        print("priced by " + ", ".join(f"{p} {n}" for p, n in providers.most_common()))
+        evidence = sum(1 for r in rows if r.record.ok and r.record.samples is not None)
+        flagged = sum(1 for r in rows if r.record.flags)
+        print(f"evidence  {evidence} prices with samples recorded, {flagged} flagged, "
+              f"{len(suspicious(db))} suspicious (kernorch db check)")
+    return 0
+
+
+def cmd_db_check(args) -> int:
+    with _open(args.db) as db:
+        bad = suspicious(db)
+        if not bad:
+            print(f"OK: no suspicious prices in {db.path}")
+            return 0
+        print(f"{len(bad)} suspicious price(s) in {db.path}:")
+        print(f"  {'key':<12} {'target':<8} {'provider':<14} {'ms':>10}  why")
+        for row, why in bad:
+            print(f"  {row.key[:12]:<12} {row.target:<8} {row.record.provider:<14} "
+                  f"{row.record.seconds * 1e3:>10.4f}  {why}")
+        print("re-measure them with: kernorch db retune MODEL --db FILE (with the options MODEL was compiled with)")
+    return 1
+
+
+def cmd_db_retune(args) -> int:
+    import kernorch
+    from kernorch.cli import parse_input_shapes
+    from kernorch.codegen.build import default_threads
+    from kernorch.orchestrate.measure import CODEGEN_VERSION
+
+    threads = args.threads or default_threads()
+    target = f"cpu-t{threads}"
+    with _open(args.db) as db:
+        bad = [(row, why) for row, why in suspicious(db) if row.target == target and row.version == CODEGEN_VERSION]
+        if not bad:
+            print(f"OK: no suspicious prices for target {target} in {db.path}")
+            return 0
+        before = {(row.key, row.record.provider): (row.record.seconds, why) for row, why in bad}
+        db.distrust({row.key for row, _ in bad})
+        kw = {} if args.providers is None else {"providers": tuple(p for p in args.providers.split(",") if p)}
+        kernorch.compile(args.model, db=db, input_shapes=parse_input_shapes(args.input_shape) or None,
+                         threads=threads, regions=not args.no_regions, require_quiet=args.require_quiet,
+                         progress=True, **kw)
+        after = {(r.key, r.record.provider): r.record for r in db.rows() if r.target == target}
+        redone = [k for k in before if k[0] not in db.distrusted]
+        print(f"re-measured {len({k for k, _ in redone})} of {len({k for k, _ in before})} suspicious kernel(s) "
+              f"for {target}:")
+        for k in redone:
+            new = after.get(k)
+            now = "gone" if new is None or not new.ok else f"{new.seconds * 1e3:.4f} ms"
+            print(f"  {k[0][:12]} {k[1]:<14} {before[k][0] * 1e3:.4f} ms -> {now}   (was: {before[k][1]})")
+        left = len({k for k, _ in before} - {k for k, _ in redone})
+        if left:
+            print(f"{left} suspicious kernel(s) were not reached by this model's compile (other models or options)")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.0f} s ago"

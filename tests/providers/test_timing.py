@@ -1,0 +1,73 @@
+"""The timer discards samples during which the process waited for a CPU, and says so."""
+
+import os
+
+import pytest
+
+from kernorch.providers import timing
+from kernorch.providers.timing import LoadMeter, Measurement, MedianTimer, run_queue_wait_ns
+
+
+def _fake_waits(disturbed_samples):
+    """A run-queue clock that advances by 1 s during the given (0-based) samples."""
+    state = {"reads": 0, "ns": 0}
+
+    def wait_ns():
+        sample, after = divmod(state["reads"], 2)
+        state["reads"] += 1
+        if after and sample in disturbed_samples:
+            state["ns"] += 10**9
+        return state["ns"]
+
+    return wait_ns
+
+
+def _timer(disturbed, repeats=3):
+    return MedianTimer(warmup=1, repeats=repeats, min_sample_s=0, min_warmup_s=0, wait_ns=_fake_waits(disturbed))
+
+
+def test_disturbed_samples_are_discarded_and_replaced():
+    calls = []
+    m = _timer({0, 2})(lambda: calls.append(1))
+    assert (m.samples, m.disturbed, m.settled) == (3, 2, True)
+    assert len(calls) == 1 + 5  # warm-up, then 3 clean + 2 disturbed samples of one run each
+
+
+def test_a_measurement_that_never_settles_is_flagged_and_priced_by_its_fastest_sample():
+    m = _timer(set(range(100)))(lambda: None)
+    assert not m.settled and m.samples == 0
+    assert m.disturbed == timing.TRIES_PER_SAMPLE * 3
+    assert m.seconds == m.min_s
+
+
+def test_quiet_samples_are_all_kept():
+    m = _timer(set())(lambda: None)
+    assert (m.samples, m.disturbed, m.settled) == (3, 0, True)
+
+
+def test_without_schedstat_every_sample_counts_as_clean():
+    m = MedianTimer(warmup=0, repeats=2, min_sample_s=0, min_warmup_s=0, wait_ns=lambda: None)(lambda: None)
+    assert m.settled and m.disturbed == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux /proc only")
+def test_run_queue_wait_is_read_from_proc():
+    a = run_queue_wait_ns()
+    sum(range(200000))
+    b = run_queue_wait_ns()
+    assert isinstance(a, int) and b >= a
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux /proc only")
+def test_load_meter_reports_other_processes_within_core_count():
+    meter = LoadMeter(window_s=0.05)
+    assert meter.read() is None  # no complete window yet
+    import time
+
+    time.sleep(0.06)
+    load = meter.read()
+    assert load is not None and 0.0 <= load <= meter.cores
+
+
+def test_exact_measurement_is_settled():
+    assert Measurement.exact(2e-3) == Measurement(2e-3, 2e-3, 0.0, 1, 0)
