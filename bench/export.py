@@ -30,7 +30,9 @@ from bench.models import MODELS, VERSION, Size, build_model, resolve_size
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = {"torchscript": 17, "dynamo": 18}
 # (input names, output names) given to both exporters
-_IO_NAMES = {"gpt2_block": (["hidden_states"], ["output"]), "segformer_b0": (["pixel_values"], ["logits"])}
+_IO_NAMES = {"gpt2_block": (["hidden_states"], ["output"]), "segformer_b0": (["pixel_values"], ["logits"]),
+             "gpt2": (["input_ids"], ["last_hidden_state"]),
+             "bert_base": (["input_ids", "attention_mask"], ["last_hidden_state"])}
 _DEFAULT_IO = (["input"], ["output"])
 
 

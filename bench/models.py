@@ -45,6 +45,8 @@ DEFAULT_SIZES = {
     "vit_tiny": 224,
     "gpt2_block": 128,
     "cspdarknet53_mish": 416,
+    "gpt2": 128,       # tokens
+    "bert_base": 128,  # tokens
 }
 SMALL_SIZES = {
     "candy": 64,
@@ -53,12 +55,16 @@ SMALL_SIZES = {
     "vit_tiny": 64,
     "gpt2_block": 32,
     "cspdarknet53_mish": 128,
+    "gpt2": 16,
+    "bert_base": 16,
 }
 # model -> (what depth counts, reference value)
 DEPTH_KNOB = {
     "candy": ("residual blocks", 5),
     "vit_tiny": ("transformer blocks", 12),
     "gpt2_block": ("decoder blocks", 2),
+    "gpt2": ("decoder blocks", 12),
+    "bert_base": ("encoder layers", 12),
 }
 
 
@@ -590,6 +596,23 @@ def build_cspdarknet53_mish(size: Size = None, depth: Optional[int] = None, seed
 
 
 # ----------------------------------------------------------------------------------------------------------
+# gpt2, bert_base: transformers models from configs with random weights (bench/language_models.py)
+# ----------------------------------------------------------------------------------------------------------
+def build_gpt2(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    from bench.language_models import gpt2
+
+    model, inputs = gpt2(resolve_size("gpt2", size), _resolve_depth("gpt2", depth), seed)
+    return _finish(model, inputs, seed)
+
+
+def build_bert_base(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    from bench.language_models import bert
+
+    model, inputs = bert(resolve_size("bert_base", size), _resolve_depth("bert_base", depth), seed)
+    return _finish(model, inputs, seed)
+
+
+# ----------------------------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., tuple[nn.Module, tuple]]] = {
     "candy": build_candy,
     "segformer_b0": build_segformer_b0,
@@ -597,6 +620,8 @@ MODELS: dict[str, Callable[..., tuple[nn.Module, tuple]]] = {
     "vit_tiny": build_vit_tiny,
     "gpt2_block": build_gpt2_block,
     "cspdarknet53_mish": build_cspdarknet53_mish,
+    "gpt2": build_gpt2,
+    "bert_base": build_bert_base,
 }
 
 

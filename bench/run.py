@@ -29,7 +29,8 @@ from pathlib import Path
 from bench import peers
 from bench.peers import KERNORCH, MISMATCH_REL, CompileTimeout
 
-BENCH_MODELS = ["candy", "segformer_b0", "efficientvit_b0", "vit_tiny", "gpt2_block", "cspdarknet53_mish"]
+BENCH_MODELS = ["candy", "segformer_b0", "efficientvit_b0", "vit_tiny", "gpt2_block", "cspdarknet53_mish", "gpt2",
+                "bert_base"]
 ROOT = Path(__file__).resolve().parents[1]
 _T0 = time.perf_counter()
 

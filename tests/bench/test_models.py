@@ -58,7 +58,7 @@ def test_builders_are_deterministic():
 
 def test_registry_and_errors(tmp_path):
     assert set(MODELS) == {"candy", "segformer_b0", "efficientvit_b0", "vit_tiny", "gpt2_block",
-                           "cspdarknet53_mish"}
+                           "cspdarknet53_mish", "gpt2", "bert_base"}
     with pytest.raises(KeyError):
         build_model("resnet_nope")
     with pytest.raises(ValueError):
