@@ -144,6 +144,8 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
         what = "a generated kernel"
         for k, kern in _generate_again(r, g, own):
             kernels[k] = kern
+    except saved.SavedModelError:
+        raise
     except KernorchError as e:
         raise r.fail(f"{what}: {saved.one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - whatever a tampered file triggers is one line

@@ -10,28 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import kernorch
 from kernorch.orchestrate.measure import MeasuredCost
+from saved_net import net_and_input
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Net(torch.nn.Module):
-    """relu before a conv (a PyTorch-provider kernel: issue 14's load bug), elementwise work and a
-    softmax (generated C), and a ScatterElements (no fission rule: a reference kernel)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
-        self.register_buffer("idx", torch.tensor([3, 1, 0, 2]).expand(1, 8, 16, 4).contiguous())
-
-    def forward(self, x):
-        y = self.c2(torch.relu(self.c1(x)))
-        y = torch.softmax(y * torch.sigmoid(y), dim=1)
-        return y.scatter(3, self.idx, y[..., 4:8] * 2.0)
 
 
 # case -> compile options, and the provider that the case's timer favours (None: roofline costs)
@@ -69,9 +53,7 @@ def _favour(monkeypatch, name: str) -> None:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """case -> (directory, input, in-process output, kernel kinds, model)."""
-    torch.manual_seed(0)
-    net = Net().eval()
-    x = torch.randn(1, 3, 16, 16)
+    net, x = net_and_input()
     want = net(x).detach().numpy()
     root = tmp_path_factory.mktemp("saved")
     out = {}

@@ -1,0 +1,24 @@
+"""The small network the saved-model tests compile: every kernel kind in a few prims."""
+
+import torch
+
+
+class Net(torch.nn.Module):
+    """relu before a conv (a PyTorch-provider kernel: issue 14's load bug), elementwise work and a
+    softmax (generated C), and a ScatterElements (no fission rule: a reference kernel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.register_buffer("idx", torch.tensor([3, 1, 0, 2]).expand(1, 8, 16, 4).contiguous())
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        y = torch.softmax(y * torch.sigmoid(y), dim=1)
+        return y.scatter(3, self.idx, y[..., 4:8] * 2.0)
+
+
+def net_and_input() -> tuple[Net, torch.Tensor]:
+    torch.manual_seed(0)
+    return Net().eval(), torch.randn(1, 3, 16, 16)

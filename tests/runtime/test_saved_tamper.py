@@ -1,0 +1,218 @@
+"""A saved model directory is data: tampered, truncated or old-format files are refused with one
+line naming the directory, and nothing in them runs (pickle payloads, names of Python or C
+functions, a replaced library)."""
+
+import builtins
+import hashlib
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kernorch
+from kernorch.codegen.toolchain import compiler
+from kernorch.runtime.saved import VERSION, SavedModelError
+from saved_net import net_and_input
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory):
+    net, x = net_and_input()
+    model = kernorch.compile(net, x, cost="model", regions=False, threads=2, progress=False)
+    d = model.save(tmp_path_factory.mktemp("orig") / "model")
+    kinds = [k["kind"] for k in json.loads((d / "model.json").read_text())["kernels"]]
+    assert {"c", "provider", "reference", "linear"} <= set(kinds), kinds
+    return d, x.numpy(), model(x.numpy())
+
+
+@pytest.fixture
+def copy(original, tmp_path):
+    return Path(shutil.copytree(original[0], tmp_path / "model"))
+
+
+@pytest.fixture
+def marker(tmp_path):
+    return tmp_path / "pwned"
+
+
+class _Payload:
+    """Unpickling it creates ``path`` (a stand-in for any code an attacker would run)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return builtins.open, (self.path, "w")
+
+
+def _payload(marker: Path) -> bytes:
+    data = pickle.dumps(_Payload(marker))
+    pickle.loads(data).close()  # the payload is live: unpickling it does create the marker
+    assert marker.exists()
+    marker.unlink()
+    return data
+
+
+def _refused(d: Path, marker: Path | None = None, **kw) -> str:
+    with pytest.raises(SavedModelError) as e:
+        kernorch.load(d, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and str(d) in msg, msg
+    assert marker is None or not marker.exists(), "loading ran the payload"
+    return msg
+
+
+def _manifest(d: Path) -> dict:
+    return json.loads((d / "model.json").read_text())
+
+
+def _write_manifest(d: Path, m: dict) -> None:
+    (d / "model.json").write_text(json.dumps(m))
+
+
+def _put_blob(d: Path, data: bytes, ext: str) -> str:
+    name = f"{hashlib.sha256(data).hexdigest()}.{ext}"
+    (d / "blobs" / name).write_bytes(data)
+    return name
+
+
+def _kernel(m: dict, kind: str) -> dict:
+    return next(k for k in m["kernels"] if k["kind"] == kind)
+
+
+def test_untouched_copy_loads(copy, original):
+    assert np.array_equal(kernorch.load(copy)(original[1]), original[2])
+
+
+def test_old_pickle_directory_is_refused_without_unpickling(tmp_path, marker):
+    d = tmp_path / "old"
+    d.mkdir()
+    for name in ("graph.pkl", "kernels.pkl"):
+        (d / name).write_bytes(_payload(marker))
+    assert "compile the model again" in _refused(d, marker)
+    run = subprocess.run([sys.executable, "-m", "kernorch", "run", str(d)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert run.returncode != 0 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "compile the model again" in run.stderr and not marker.exists()
+
+
+def test_pickle_payload_as_weights_is_not_unpickled(copy, marker):
+    data = _payload(marker)
+    (copy / "weights.safetensors").write_bytes(data)
+    assert "does not match its hash" in _refused(copy, marker)
+    m = _manifest(copy)
+    m["weights"]["sha256"] = hashlib.sha256(data).hexdigest()  # a careful attacker fixes the hash
+    _write_manifest(copy, m)
+    assert "weights.safetensors cannot be read" in _refused(copy, marker)
+
+
+def test_pickle_payload_as_an_onnx_model_is_not_unpickled(copy, marker):
+    m = _manifest(copy)
+    _kernel(m, "provider")["state"]["onnx"] = {"@blob": _put_blob(copy, _payload(marker), "onnx")}
+    _write_manifest(copy, m)
+    assert "ONNX model" in _refused(copy, marker)
+
+
+def _set_attrs(m, value):
+    m["graph"]["prims"][0][3] = value
+
+
+def _set_provider(m, value):
+    _kernel(m, "provider")["provider"] = value
+
+
+def _set_kind(m, value):
+    _kernel(m, "reference")["kind"] = value
+
+
+@pytest.mark.parametrize("tamper, value", [
+    (_set_attrs, {"@": "system", "command": "touch {marker}"}),
+    (_set_attrs, {"@": "Popen", "args": ["touch", "{marker}"]}),
+    (_set_attrs, {"@": "Graph"}),
+    (_set_attrs, {"@enum": "Op", "value": "__import__('os').system('touch {marker}')"}),
+    (_set_attrs, {"@": "OpaqueAttrs", "op_type": "Relu", "node": "{marker}", "opset": 17}),
+    (_set_provider, "os.system"),
+    (_set_kind, "__import__"),
+], ids=["attrs-system", "attrs-popen", "attrs-graph", "enum-eval", "attrs-opaque", "provider-name", "kernel-kind"])
+def test_malicious_json_fields_run_nothing(copy, marker, tamper, value):
+    m = _manifest(copy)
+    tamper(m, json.loads(json.dumps(value).replace("{marker}", str(marker))))
+    _write_manifest(copy, m)
+    _refused(copy, marker)
+
+
+def test_a_c_kernel_cannot_be_pointed_at_another_function(copy, marker):
+    """``system`` resolves through a library's dependencies (libc); a kernel's function must be one
+    its own source defines, and the library must be one of the directory's blobs."""
+    m = _manifest(copy)
+    name = _kernel(m, "c")["function"]
+    _kernel(m, "c")["function"] = "system"
+    _write_manifest(copy, m)
+    _refused(copy, marker, trust_libraries=True)
+    _kernel(m, "c")["function"] = name
+    _kernel(m, "c")["lib"] = "../../../../usr/lib/x86_64-linux-gnu/libc.so.6"
+    _write_manifest(copy, m)
+    assert "invalid file" in _refused(copy, marker, trust_libraries=True)
+
+
+def test_a_replaced_library_is_never_loaded_unless_trusted(copy, original, marker, tmp_path):
+    src = tmp_path / "evil.c"
+    src.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) {{ fclose(fopen("{marker}", "w")); }}\n')
+    lib = tmp_path / "evil.so"
+    subprocess.run([compiler(), "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    m = _manifest(copy)
+    _kernel(m, "c")["lib"] = _put_blob(copy, lib.read_bytes(), "so")
+    _write_manifest(copy, m)
+    again = kernorch.load(copy)  # C kernels are generated again from the plan: the blob is not opened
+    assert not marker.exists()
+    assert np.array_equal(again(original[1]), original[2])
+
+
+def test_a_changed_source_is_refused(copy):
+    m = _manifest(copy)
+    rec = _kernel(m, "c")
+    source = (copy / "blobs" / rec["source"]).read_text()
+    rec["source"] = _put_blob(copy, (source + "\n/* changed */\n").encode(), "c")
+    _write_manifest(copy, m)
+    assert "differs from the saved code" in _refused(copy)
+
+
+def test_deeply_nested_json_is_one_line(copy):
+    m = _manifest(copy)
+    _write_manifest(copy, m)
+    text = (copy / "model.json").read_text()
+    (copy / "model.json").write_text(text[:-1] + ',"x":' + "[" * 100000 + "]" * 100000 + "}")
+    _refused(copy)
+
+
+@pytest.mark.parametrize("victim", ["model.json", "weights.safetensors", "blob"])
+def test_truncated_file_is_one_line(copy, victim):
+    path = copy / victim if victim != "blob" else copy / "blobs" / _kernel(_manifest(copy), "provider")["state"]["onnx"]["@blob"]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    _refused(copy)
+
+
+def test_missing_blob_is_one_line(copy):
+    (copy / "blobs" / _kernel(_manifest(copy), "c")["source"]).unlink()
+    assert "cannot be read" in _refused(copy)
+
+
+@pytest.mark.parametrize("version, hint", [(VERSION + 1, "upgrade kernorch"), (1, "compile the model again"),
+                                           ("2; rm -rf /", "compile the model again")])
+def test_other_format_versions_are_named(copy, version, hint):
+    m = _manifest(copy)
+    m["version"] = version
+    _write_manifest(copy, m)
+    assert hint in _refused(copy)
+
+
+def test_not_a_saved_model(tmp_path):
+    assert "not a saved kernorch model" in _refused(tmp_path)
