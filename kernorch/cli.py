@@ -49,15 +49,28 @@ def _import(args) -> tuple:
 
     shapes = parse_input_shapes(args.input_shape) or None
     t0 = time.perf_counter()
-    try:
-        graph, report = import_onnx(args.model, input_shapes=shapes)
-    except DynamicShapeError as e:
-        if not hasattr(e, "input"):
-            raise
-        example = ",".join(map(str, e.example))
-        raise DynamicShapeError(f"input {e.input!r} has a dynamic dimension {e.dim} ({e.symbol!r}); "
-                                f"pin it with --input-shape {e.input}={example}") from None
+    graph, report = import_onnx(args.model, input_shapes=shapes)
     return graph, report, time.perf_counter() - t0
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a positive integer, else argparse's one-line usage error (exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _cli_message(e: KernorchError) -> str:
+    """The error's one line, in the CLI's own spelling (``--input-shape``, not ``input_shapes=``)."""
+    if isinstance(e, DynamicShapeError) and hasattr(e, "input"):
+        example = ",".join(map(str, e.example))
+        return (f"input {e.input!r} has a dynamic dimension {e.dim} ({e.symbol!r}); "
+                f"pin it with --input-shape {e.input}={example}")
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +179,10 @@ def cmd_check(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    from kernorch import __version__
+
     p = argparse.ArgumentParser(prog="kernorch", description="Optimal kernel orchestration for ONNX / PyTorch models.")
+    p.add_argument("--version", action="version", version=f"kernorch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     q = sub.add_parser("inspect", help="import a model and print what kernorch sees",
@@ -201,9 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except KernorchError as e:
-        msg = " ".join(str(e).split()) or type(e).__name__
-        print(f"kernorch: error: {msg}", file=sys.stderr)
+        print(f"kernorch: error: {_cli_message(e)}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:  # `kernorch show DIR | head`: the reader left; no traceback at exit either
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         print("kernorch: interrupted", file=sys.stderr)
         return 130

@@ -1,23 +1,32 @@
-"""``kernorch compile`` and ``kernorch run``: the CLI face of compile(), save/load and the runtime."""
+"""``kernorch compile``, ``run`` and ``show``: the CLI face of compile(), save/load and the runtime."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from kernorch.errors import KernorchError
+from kernorch.errors import InputError, KernorchError
 
 STRATEGIES = ("optimal", "greedy", "per-operator", "unfused")
+SOURCE = "source.onnx"     # the original model, kept next to a compiled one for `run --compare`
+SUMMARY = "summary.txt"    # what `kernorch show` prints, written at compile time
 
 
 def add_commands(sub, add_model_args) -> None:
+    from kernorch.cli import positive_int
+
     q = sub.add_parser("compile", help="tune and compile a model into a directory",
                        description="Import MODEL, orchestrate its kernels on measured (or modelled) costs, "
                                    "build them and save the compiled model to DIR. Measured costs are kept in "
-                                   "the tuning database, so compiling the same model again measures nothing.")
+                                   "the tuning database, so compiling the same model again measures nothing. "
+                                   "Then time the compiled model against onnxruntime (and OpenVINO) on the same "
+                                   "random inputs and say what kernorch did in plain words.")
     add_model_args(q)
     q.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the compiled model")
     q.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
@@ -26,29 +35,94 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("--cost", choices=("measured", "model"), default="measured",
                    help="measured: build and time candidates (default); model: roofline estimate, fast")
     q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
-    q.add_argument("--threads", type=int, help="CPU threads for kernels and timing (default: all)")
+    q.add_argument("--threads", type=positive_int, help="CPU threads for kernels and timing (default: all)")
     q.add_argument("--rewrites", metavar="RULES", help="comma-separated rewrite rules ('' for none; default set)")
     q.add_argument("--providers", metavar="NAMES",
                    help="comma-separated external kernel providers (ort, openvino, torch, ...; '' for kernorch's "
                         "own kernels only; default ort,openvino,torch)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
-    q.add_argument("--quiet", action="store_true", help="no progress bar or kernel table")
+    q.add_argument("--require-quiet", action="store_true",
+                   help="wait for free cores before tuning and fail rather than store prices disturbed by other "
+                        "processes")
+    q.add_argument("--no-compare", action="store_true",
+                   help="do not time the result against onnxruntime/OpenVINO after compiling")
+    q.add_argument("--quiet", action="store_true", help="no progress, no kernel table: the last line only")
     q.set_defaults(func=cmd_compile)
 
     q = sub.add_parser("run", help="run a compiled model directory",
                        description="Load a model saved by 'kernorch compile' and run it on the given inputs "
-                                   "(.npy files) or seeded random ones; print each output's summary and latency.")
+                                   "(.npy files) or seeded random ones; print each output's summary and latency. "
+                                   "With --compare, benchmark it against onnxruntime (and OpenVINO when installed) "
+                                   "on the original model: warm-up, interleaved repetitions, median/p90/p99.")
     q.add_argument("dir", metavar="DIR")
     q.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable)")
-    q.add_argument("--repeat", type=int, default=10, help="timed runs after one warm-up (default 10)")
+    q.add_argument("--repeat", type=positive_int, default=None,
+                   help="timed runs (default 10; with --compare: as many as --time allows)")
+    q.add_argument("--time", type=float, default=None, metavar="SECONDS",
+                   help="with --compare: time budget for the timed runs (default 3 s, at least 10 runs)")
+    q.add_argument("--warmup", type=_non_negative_int, default=3, help="untimed runs first (default 3)")
+    q.add_argument("--threads", type=positive_int, help="CPU threads (default: all)")
+    q.add_argument("--compare", action="store_true",
+                   help="time onnxruntime (and OpenVINO) on the original model side by side")
     q.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
     q.set_defaults(func=cmd_run)
 
+    q = sub.add_parser("show", help="print what a compiled model directory holds",
+                       description="Print a compiled model's summary without running it: what ran where, the "
+                                   "tuning, and per kernel its provider, priced cost (ms), share and prims.")
+    q.add_argument("dir", metavar="DIR")
+    q.set_defaults(func=cmd_show)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# kernorch compile
+# ---------------------------------------------------------------------------------------------
+
+def check_output_dir(path: str) -> Path:
+    """Before any tuning: ``path`` is (or can become) a directory this process can write to."""
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise KernorchError(f"-o {path}: exists and is not a directory")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KernorchError(f"-o {path}: cannot create the directory ({e.strerror or type(e).__name__})") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kernorch-write-test-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise KernorchError(f"-o {path}: cannot write there ({e.strerror or type(e).__name__})") from None
+    return d
+
 
 def cmd_compile(args) -> int:
-    import kernorch
     from kernorch.cli import parse_input_shapes
+
+    shapes = parse_input_shapes(args.input_shape) or None
+    created = not Path(args.output).exists()
+    out = check_output_dir(args.output)
+    try:
+        return _compile(args, shapes, out)
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)  # nothing of ours is left behind on failure
+        raise
+
+
+def _compile(args, shapes, out: Path) -> int:
+    import kernorch
 
     kw = {}
     if args.rewrites is not None:
@@ -57,61 +131,180 @@ def cmd_compile(args) -> int:
         kw["providers"] = tuple(p for p in args.providers.split(",") if p)
     t0 = time.perf_counter()
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
-                             input_shapes=parse_input_shapes(args.input_shape) or None, threads=args.threads,
-                             progress=not args.quiet, regions=not args.no_regions, **kw)
-    out = model.save(args.output)
-    r = model.report
-    if not args.quiet:
-        print(model.summary())
-    print(f"compiled {args.model} -> {out} in {time.perf_counter() - t0:.1f} s: {len(model.kernels)} kernels, "
-          f"{r.measured} kernels measured, {r.cached} from the database")
+                             input_shapes=shapes, threads=args.threads, progress=not args.quiet,
+                             regions=not args.no_regions, require_quiet=args.require_quiet, **kw)
+    secs = time.perf_counter() - t0
+    try:
+        model.save(out)
+        shutil.copyfile(args.model, out / SOURCE)
+    except OSError as e:
+        raise KernorchError(f"-o {args.output}: cannot save the compiled model ({e.strerror or e})") from None
+    comparison = None
+    if not args.no_compare and args.target == "cpu":
+        from kernorch.frontend.inputs import random_inputs
+        from kernorch.runtime.benchmark import compare
+
+        feeds = random_inputs(model.graph, seed=0)
+        comparison = compare(model, feeds, out / SOURCE, threads=args.threads, seconds=1.0, warmup=3)
+    _write_summary(model, out, args.model)
+    if args.quiet:
+        print(_last_line(model, args.model, out, secs, comparison))
+        return 0
+    from kernorch.runtime.summary import kernel_table, plain_summary
+
+    print(f"kernorch compiled {args.model} in {secs:.1f} s -> {out}")
+    for line in plain_summary(model, comparison):
+        print(line)
+    print()
+    print(kernel_table(model))
+    print(f"\nnext      kernorch run {out} --compare   (benchmark: median, p90, p99 side by side)\n"
+          f"          kernorch show {out}              (this summary again)")
     return 0
 
 
+def _last_line(model, source, out, secs, comparison) -> str:
+    from kernorch.runtime.summary import what_ran_where
+
+    line = f"compiled {source} -> {out} in {secs:.1f} s: {what_ran_where(model)}"
+    x = comparison.speedup() if comparison is not None else None
+    if x is not None:
+        line += f"; {x:.2f}x onnxruntime's speed"
+    return line
+
+
+def _write_summary(model, out: Path, source: str) -> None:
+    from kernorch.runtime.summary import kernel_table, plain_summary
+
+    text = "\n".join([f"compiled model of {source}", *plain_summary(model), "", kernel_table(model), ""])
+    try:
+        (out / SUMMARY).write_text(text)
+    except OSError as e:
+        raise KernorchError(f"-o {out}: cannot write {SUMMARY} ({e.strerror or e})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# kernorch run / show
+# ---------------------------------------------------------------------------------------------
+
+def _load_npy(name: str, path: str) -> np.ndarray:
+    if not Path(path).exists():
+        raise InputError(f"--input {name}: no such file {path}")
+    if Path(path).is_dir():
+        raise InputError(f"--input {name}: {path} is a directory, not a .npy file")
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        detail = "pickled object data" if "pickle" in str(e) else (str(e).splitlines()[0][:80] if str(e) else "")
+        raise InputError(f"--input {name}: {path} is not a NumPy .npy array file ({detail or type(e).__name__})") \
+            from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        raise InputError(f"--input {name}: {path} is an .npz archive; save one array with numpy.save")
+    return a
+
+
 def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:
-    sig = model.executable.sig.graph
+    from kernorch.frontend.inputs import random_inputs
+
     given = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
-        if not sep:
-            raise KernorchError(f"--input {spec!r}: expected NAME=FILE.npy")
-        if not Path(path).exists():
-            raise KernorchError(f"--input {name}: no such file {path}")
-        given[name] = np.load(path)
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for v in sig.inputs:
-        name, t = sig.name(v), sig.types[v]
-        if name in given:
-            feeds[name] = given.pop(name)
-        elif np.dtype(t.dtype).kind == "f":
-            feeds[name] = rng.standard_normal(t.shape).astype(t.dtype)
-        else:
-            feeds[name] = rng.integers(0, 4, size=t.shape).astype(t.dtype)
-    if given:
-        raise KernorchError(f"unknown input(s) {sorted(given)}; the model's inputs are {model.input_names}")
+        if not sep or not name or not path:
+            raise InputError(f"--input {spec!r}: expected NAME=FILE.npy")
+        given[name] = _load_npy(name, path)
+    unknown = sorted(set(given) - set(model.input_names))
+    if unknown:
+        raise InputError(f"unknown input(s) {unknown}; the model's inputs are {model.input_names}")
+    feeds = random_inputs(model.executable.sig.graph, seed=0)
+    feeds.update(given)
     return feeds
 
 
-def cmd_run(args) -> int:
+def _load(args):
     import kernorch
 
+    threads = getattr(args, "threads", None)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)  # PyTorch kernels and the providers' sessions built on load
     model = kernorch.load(args.dir)
+    if threads:
+        for k in model.kernels:
+            if hasattr(k, "num_threads"):
+                k.num_threads = threads
+    return model
+
+
+def cmd_run(args) -> int:
+    model = _load(args)
     feeds = _feeds(model, args.input)
     outs = model.run(feeds)
-    times = []
-    for _ in range(max(args.repeat, 0)):
-        t0 = time.perf_counter()
-        model.run(feeds)
-        times.append(time.perf_counter() - t0)
     for name, t in outs.items():
         a = t.numpy()
         stats = f"min {a.min():.4g} max {a.max():.4g} mean {a.mean():.4g}" if a.size and a.dtype.kind == "f" else ""
         print(f"output {name}: {a.dtype}[{','.join(map(str, a.shape))}] {stats}")
         if args.save:
-            Path(args.save).mkdir(parents=True, exist_ok=True)
-            np.save(Path(args.save) / f"{name}.npy", a)
-    if times:
-        print(f"latency: median {np.median(times) * 1e3:.3f} ms over {len(times)} runs "
-              f"(min {min(times) * 1e3:.3f} ms)")
+            try:
+                Path(args.save).mkdir(parents=True, exist_ok=True)
+                np.save(Path(args.save) / f"{name}.npy", a)
+            except OSError as e:
+                raise KernorchError(f"--save {args.save}: cannot write {name}.npy ({e.strerror or e})") from None
+    if args.compare:
+        return _compare(model, feeds, args)
+    times = []
+    for _ in range(args.warmup):
+        model.run(feeds)
+    for _ in range(args.repeat or 10):
+        t0 = time.perf_counter()
+        model.run(feeds)
+        times.append(time.perf_counter() - t0)
+    print(f"latency: median {np.median(times) * 1e3:.3f} ms over {len(times)} runs "
+          f"(min {min(times) * 1e3:.3f} ms, p90 {np.percentile(times, 90) * 1e3:.3f} ms; "
+          f"kernorch run {args.dir} --compare to benchmark against onnxruntime)")
     return 0
+
+
+def _compare(model, feeds, args) -> int:
+    from kernorch.runtime.benchmark import compare
+    from kernorch.runtime.summary import latency_lines
+
+    source = Path(args.dir) / SOURCE
+    seconds = None if args.repeat and args.time is None else (args.time if args.time is not None else 3.0)
+    c = compare(model, feeds, source if source.exists() else None, threads=args.threads, warmup=args.warmup,
+                repeat=args.repeat, seconds=seconds, min_runs=10)
+    how = f"{args.repeat} runs" if args.repeat else f"{seconds:g} s"
+    print(f"\nbenchmark {args.dir}: {c.warmup} warm-up runs, then {how} interleaved round by round, "
+          f"{c.threads} threads, same inputs")
+    print(c.table())
+    print()
+    for line in latency_lines(c):
+        print(line)
+    return 0
+
+
+def cmd_show(args) -> int:
+    from kernorch.runtime.summary import kernel_table, plain_summary
+
+    model = _load(args)
+    print(f"compiled model {args.dir}")
+    ins = ", ".join(f"{n}: {_type(model, n, True)}" for n in model.input_names)
+    outs = ", ".join(f"{n}: {_type(model, n, False)}" for n in model.output_names)
+    print(f"inputs    {ins}")
+    print(f"outputs   {outs}")
+    for line in plain_summary(model):
+        print(line)
+    print()
+    print(kernel_table(model))
+    if (Path(args.dir) / SOURCE).exists():
+        print(f"\nsource    {Path(args.dir) / SOURCE} (kernorch run {args.dir} --compare times it against this)")
+    return 0
+
+
+def _type(model, name: str, is_input: bool) -> str:
+    g = model.executable.sig.graph
+    vs = g.inputs if is_input else g.outputs
+    for v in vs:
+        if g.name(v) == name:
+            t = g.types[v]
+            return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+    return "?"

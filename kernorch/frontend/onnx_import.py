@@ -47,10 +47,21 @@ def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         proto = model
         where = "the given ModelProto"
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        where = f"the given {len(model)} bytes"
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except Exception as e:  # protobuf raises DecodeError and friends
+            raise ModelLoadError(f"{where}: not a serialized ONNX model ({type(e).__name__})") from None
+    elif not isinstance(model, (str, os.PathLike)):
+        raise ModelLoadError(f"expected a path to an .onnx file, an onnx.ModelProto, its bytes or a torch.nn.Module; "
+                             f"got {type(model).__name__}")
     else:
         where = str(model)
         if not os.path.exists(where):
             raise ModelLoadError(f"{where}: no such file")
+        if os.path.isdir(where):
+            raise ModelLoadError(f"{where}: is a directory, not an .onnx file")
         if os.path.isfile(where) and os.path.getsize(where) == 0:
             raise ModelLoadError(f"{where}: not a readable ONNX model (empty file)")
         try:
@@ -78,7 +89,7 @@ def _tensor_type(vi: onnx.ValueInfoProto, pinned: Mapping[str, Sequence[int]] | 
     tt = vi.type.tensor_type
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name
     if pinned and vi.name in pinned:
-        return TensorType(tuple(int(s) for s in pinned[vi.name]), dtype)
+        return TensorType(_pinned_shape(vi, pinned[vi.name]), dtype)
     shape = []
     for k, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value > 0:
@@ -93,6 +104,55 @@ def _tensor_type(vi: onnx.ValueInfoProto, pinned: Mapping[str, Sequence[int]] | 
     return TensorType(tuple(shape), dtype)
 
 
+def _pinned_shape(vi: onnx.ValueInfoProto, shape: Sequence[int]) -> tuple[int, ...]:
+    """A pinned shape must keep the input's rank and its static dimensions: only dynamic ones can be pinned."""
+    shape = tuple(int(s) for s in shape)
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return shape
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in tt.shape.dim]
+    declared = "[" + ",".join(map(str, dims)) + "]"
+    pinned = "[" + ",".join(map(str, shape)) + "]"
+    if len(shape) != len(dims):
+        raise DynamicShapeError(f"input {vi.name!r} has rank {len(dims)} {declared}; the pinned shape {pinned} has "
+                                f"rank {len(shape)}")
+    for k, (d, s) in enumerate(zip(dims, shape)):
+        if isinstance(d, int) and d != s:
+            raise DynamicShapeError(f"input {vi.name!r} is {declared}: dimension {k} is static ({d}) and cannot be "
+                                    f"pinned to {s}; only dynamic dimensions can be pinned")
+    return shape
+
+
+def _outer_scope_reads(proto: onnx.ModelProto) -> None:
+    """Subgraph attributes (Loop, If, Scan bodies) must not read values of the enclosing graph:
+    kernorch runs such a node as one opaque kernel that only sees the node's own inputs."""
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for body in bodies:
+                free = _free_names(body)
+                if free:
+                    name = node.name or node.output[0]
+                    raise UnsupportedOpError(
+                        f"{node.op_type} node {name!r}: its {attr.name!r} subgraph reads {sorted(free)[0]!r} from the "
+                        f"enclosing graph (outer-scope values are not supported; pass it as an explicit input)")
+
+
+def _free_names(body: onnx.GraphProto) -> set[str]:
+    """Names a subgraph (and its nested subgraphs) reads without defining them."""
+    defined = {i.name for i in body.input} | {t.name for t in body.initializer} | {""}
+    defined |= {t.name for t in body.sparse_initializer}
+    free: set[str] = set()
+    for node in body.node:
+        free |= {i for i in node.input if i not in defined}
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                free |= _free_names(sub) - defined
+        defined |= set(node.output)
+    free |= {o.name for o in body.output if o.name not in defined}
+    return free
+
+
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[Graph, ImportReport]:
     """Import an ONNX model into a primitive graph with static shapes."""
@@ -102,7 +162,10 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     if input_shapes:
         unknown = set(input_shapes) - {i.name for i in proto.graph.input}
         if unknown:
-            raise ModelLoadError(f"input_shapes names unknown inputs: {sorted(unknown)}")
+            names = [i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}]
+            raise ModelLoadError(f"a shape is pinned for unknown input(s) {sorted(unknown)}; the model's inputs are "
+                                 f"{names}")
+    _outer_scope_reads(proto)
     g = Graph()
     b = Builder(g)
     env: dict[str, int] = {}

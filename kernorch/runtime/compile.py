@@ -22,6 +22,7 @@ from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import DEFAULT_PROVIDERS, MeasuredCost, external_providers, ordered_outputs
 from kernorch.orchestrate.plan import Plan
+from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
 from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
@@ -167,7 +168,10 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         ext = external_providers(threads, providers)
         measured = MeasuredCost(g, tdb, threads=threads, providers=ext, roofline=roofline.bind(dag),
                                 require_quiet=require_quiet)
-        plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress, "")
+        try:
+            plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress, "")
+        except SolverError as e:
+            raise _no_plan(e, measured) from None
         whole = None
         if cost == "measured" and strategy == "optimal" and knobs.regions and measured.providers:
             whole = _whole_region(dag, plan, measured)
@@ -183,6 +187,19 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
     return CompiledModel(compiled, rep, g)
+
+
+def _no_plan(e: Exception, measured) -> KernorchError:
+    """The solver found no plan: say it in the user's terms (which kernels failed, what to try),
+    not as the binary program's status."""
+    stats = getattr(measured, "stats", None)
+    failed = getattr(stats, "failed", 0)
+    first = (getattr(stats, "failures", None) or [""])[0]
+    why = (f"{failed} candidate kernel(s) failed to build or to match the reference interpreter"
+           + (f" (first: {first[:160]})" if first else "")) if failed else \
+        "no candidate kernel computes some part of it (an operator no kernel provider can run here)"
+    return KernorchError(f"no kernel plan computes the whole model: {why}; run `kernorch check` on the model to "
+                         f"see whether kernorch can run it at all")
 
 
 def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: Knobs, rep: CompileReport,

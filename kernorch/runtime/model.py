@@ -58,32 +58,11 @@ class CompiledModel:
         return self.executable.kernels
 
     def summary(self, feeds=None, repeat: int = 0) -> str:
-        """Kernels, their prims, provider, cost (measured ms when ``repeat`` > 0 and feeds are given,
-        else the cost the orchestrator priced them at) and share of the total."""
-        infos = self.executable.infos
-        if repeat and feeds is not None:
-            secs = self.executable.profile(feeds, repeat)
-            label = "measured"
-        else:
-            secs = [i.seconds or 0.0 for i in infos]
-            label = "priced"
-        total = sum(secs) or 1.0
-        lines = []
-        if self.report is not None:
-            r = self.report
-            lines.append(f"strategy {r.strategy}, cost {r.cost}: {len(infos)} kernels for {r.prims} prims; "
-                         f"{r.candidates} candidates priced ({r.measured} measured, {r.cached} from the database, "
-                         f"{r.failed} rejected); {r.plan_summary}")
-            if r.opaque:
-                lines.append(f"opaque ops: {r.opaque}")
-            if r.timing_note():
-                lines.append(r.timing_note())
-        lines.append(f"{'#':>4} {'provider':<9} {label + ' ms':>11} {'share':>6}  prims")
-        for k, (info, s) in enumerate(zip(infos, secs)):
-            ops = " ".join(info.ops) if len(info.ops) <= 12 else _census(info.ops)
-            lines.append(f"{k:>4} {info.provider:<9} {s * 1e3:>11.4f} {s / total:>6.1%}  {ops[:100]}")
-        lines.append(f"total {label}: {total * 1e3:.3f} ms")
-        return "\n".join(lines)
+        """What ran where and the tuning in plain words, then per kernel its prims, provider, cost
+        (measured ms when ``repeat`` > 0 and feeds are given, else the priced cost) and share."""
+        from kernorch.runtime.summary import summary_text
+
+        return summary_text(self, feeds, repeat)
 
     # -- persistence ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:

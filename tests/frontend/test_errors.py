@@ -97,7 +97,7 @@ def test_unknown_dimension_without_a_name():
 
 def test_pinning_an_unknown_input():
     assert _raises(ModelLoadError, import_onnx, _model(), input_shapes={"z": [1]}) == \
-        "input_shapes names unknown inputs: ['z']"
+        "a shape is pinned for unknown input(s) ['z']; the model's inputs are ['x']"
 
 
 # -- run-time inputs --------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""What a compile did, in plain words, and the per-kernel table (``CompiledModel.summary()``,
+``kernorch compile`` and ``kernorch show``). Times are in ms or s, always with the unit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# provider name -> how a user would say who runs the kernel
+RUNTIME_WORDS = {
+    "c": "kernorch's generated C/OpenMP",
+    "triton": "kernorch's generated Triton",
+    "torch": "PyTorch (oneDNN/BLAS linear)",
+    "reference": "reference (opaque op)",
+    "ort": "onnxruntime",
+    "openvino": "OpenVINO",
+}
+OWN = {"c", "triton", "torch", "host"}
+
+
+def runtime_name(provider: str) -> str:
+    base = provider.split(":")[0]
+    return RUNTIME_WORDS.get(base, RUNTIME_WORDS.get(base.split("-")[0], provider))
+
+
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    x = seconds * 1e3
+    return f"{x:.3f} ms" if x < 100 else f"{x:.1f} ms"
+
+
+def what_ran_where(model) -> str:
+    """One sentence: which runtime runs how many kernels and prims."""
+    infos = model.executable.infos
+    prims = len({m for i in infos for m in i.members})
+    if len(infos) == 1 and infos[0].provider not in OWN:
+        return (f"the whole model ({prims} primitives) runs as one {runtime_name(infos[0].provider)} region")
+    by: dict[str, list[int]] = {}
+    for i in infos:
+        by.setdefault(i.provider, []).append(len(i.members))
+    parts = []
+    for prov, sizes in sorted(by.items(), key=lambda kv: (kv[0] not in OWN, -len(kv[1]))):
+        noun = "kernel" if len(sizes) == 1 else "kernels"
+        region = "" if prov in OWN else (" region" if len(sizes) == 1 else " regions")
+        noun = region.strip() if region else noun
+        parts.append(f"{len(sizes)} {runtime_name(prov)} {noun} ({sum(sizes)} prims)")
+    own = sum(len(s) for p, s in by.items() if p in OWN)
+    head = f"{len(infos)} kernels for {prims} primitives"
+    if own == len(infos):
+        head += ", all kernorch's own"
+    return head + ": " + ", ".join(parts)
+
+
+def plain_summary(model, compare=None, seconds: float | None = None) -> list[str]:
+    """Lines: plan (what ran where), tuning (time and counts), latency (vs onnxruntime / OpenVINO)."""
+    r = model.report
+    lines = [f"plan      {what_ran_where(model)}"]
+    if r is not None:
+        if r.opaque:
+            lines.append(f"opaque    {sum(r.opaque.values())} op(s) without a fission rule, run whole: "
+                         + ", ".join(f"{k} x{n}" for k, n in r.opaque.items()))
+        secs = r.seconds
+        tune = secs.get("orchestrate", 0.0)
+        if r.cost == "model":
+            how = "costs from the roofline model, nothing measured (--cost measured tunes on timed kernels)"
+        else:
+            how = (f"{r.measured} kernel timings, {r.cached} reused from the tuning database"
+                   + (f", {r.failed} candidates rejected (failed to build or verify)" if r.failed else ""))
+        lines.append(f"tuning    {tune:.1f} s, strategy {r.strategy}: {how}")
+        note = r.timing_note() if hasattr(r, "timing_note") else ""
+        if note:
+            lines.append(f"          {note}")
+        e2e = getattr(r, "end_to_end", None) or {}
+        if {"plan", "whole region"} <= set(e2e):
+            won = "whole region" if e2e["whole region"] < e2e["plan"] else "kernel plan"
+            lines.append(f"choice    solver's kernel plan {ms(e2e['plan'])} vs whole model as one region "
+                         f"{ms(e2e['whole region'])} end to end: kept the {won}")
+        total = secs.get("total")
+        if total is not None:
+            lines.append(f"time      {total:.1f} s in all (import {secs.get('import', 0):.1f} s, "
+                         f"rewrites {secs.get('rewrite', 0):.1f} s, tuning {tune:.1f} s, build {secs.get('build', 0):.1f} s)")
+    if compare is not None:
+        lines += latency_lines(compare)
+    return lines
+
+
+def latency_lines(compare) -> list[str]:
+    kn = compare.row("kernorch")
+    out = []
+    for name in ("onnxruntime", "openvino"):
+        base = compare.row(name)
+        if base is None or kn is None:
+            continue
+        x = base.median / kn.median
+        verdict = f"{x:.2f}x faster" if x >= 1.0 else f"{1 / x:.2f}x slower"
+        out.append(f"latency   kernorch {ms(kn.median)} vs {name} {ms(base.median)} (median of {len(kn.times)} "
+                   f"runs each, same random inputs, {compare.threads} threads): kernorch is {verdict}")
+    for name, why in compare.skipped.items():
+        if name == "onnxruntime":
+            out.append(f"latency   kernorch {ms(kn.median) if kn else '-'}; no onnxruntime baseline ({why})")
+    return out
+
+
+def kernel_table(model, feeds=None, repeat: int = 0) -> str:
+    """Per kernel: provider, cost (priced, or measured in place when ``repeat`` and ``feeds``), share,
+    prims (in order, or counted by op when there are many)."""
+    infos = model.executable.infos
+    if repeat and feeds is not None:
+        secs = model.executable.profile(feeds, repeat)
+        label = "measured"
+    else:
+        secs = [i.seconds or 0.0 for i in infos]
+        label = "priced"
+    total = sum(secs) or 1.0
+    w = max([len("provider")] + [len(i.provider) for i in infos])
+    lines = [f"kernels   {len(infos)}, {label} total {ms(sum(secs))}"
+             + (" (each timed alone: a model runs slower or faster end to end)" if label == "priced" else ""),
+             f"{'#':>4} {'provider':<{w}} {label + ' ms':>11} {'share':>6}  prims"]
+    for k, (info, s) in enumerate(zip(infos, secs)):
+        lines.append(f"{k:>4} {info.provider:<{w}} {s * 1e3:>11.4f} {s / total:>6.1%}  {_ops(info.ops)}")
+    return "\n".join(lines)
+
+
+def _ops(ops, width: int = 90) -> str:
+    text = " ".join(ops)
+    if len(text) <= width:
+        return text
+    counts = Counter(ops).most_common()
+    text = f"{len(ops)} prims: " + " ".join(f"{op} x{n}" for op, n in counts)
+    if len(text) <= width:
+        return text
+    cut = text[:width].rsplit(" ", 1)[0]
+    return cut + " ..."
+
+
+def summary_text(model, feeds=None, repeat: int = 0) -> str:
+    """``CompiledModel.summary()``: the plain-words lines, then the kernel table."""
+    return "\n".join(plain_summary(model) + ["", kernel_table(model, feeds, repeat)])
