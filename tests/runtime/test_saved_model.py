@@ -131,3 +131,35 @@ def test_saved_directory_holds_json_safetensors_and_hashed_blobs(saved):
 
     for p in (d / "blobs").iterdir():
         assert p.stem == hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+CUDA_LOADER = """
+import sys, numpy as np, kernorch
+np.save(sys.argv[2], kernorch.load(sys.argv[1])(np.load(sys.argv[3])))
+"""
+
+
+def test_cuda_model_round_trips_in_a_new_process(tmp_path):
+    """Target "cuda" (Triton's interpreter without a GPU): Triton kernels are lowered again from
+    their prims with their tile size; torch linear and reference kernels rebuilt."""
+    pytest.importorskip("triton")
+    import torch
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not set")
+    net, x = net_and_input()
+    model = kernorch.compile(net, x, target="cuda", cost="model", progress=False)
+    got = model(x.numpy())
+    assert np.abs(got - net(x).detach().numpy()).max() <= 1e-4
+    d = model.save(tmp_path / "saved")
+    kinds = {k["kind"] for k in json.loads((d / "model.json").read_text())["kernels"]}
+    assert {"triton", "linear", "reference"} <= kinds, kinds
+    np.save(tmp_path / "x.npy", x.numpy())
+    proc = subprocess.run([sys.executable, "-c", CUDA_LOADER, str(d), str(tmp_path / "again.npy"),
+                           str(tmp_path / "x.npy")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = np.load(tmp_path / "again.npy")
+    if torch.cuda.is_available():  # same kernels; cuDNN may pick another algorithm
+        assert np.abs(again - got).max() <= 1e-6
+    else:
+        assert np.array_equal(again, got)
