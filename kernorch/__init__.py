@@ -1,13 +1,14 @@
 """kernorch: optimal kernel orchestration for tensor programs (Korch, ASPLOS 2024) in Python.
 
     model = kernorch.compile("model.onnx")            # or compile(nn_module, example_inputs)
+    fast = kernorch.optimize(nn_module, example_inputs)   # a drop-in nn.Module running the plan
     y = model(x)
     model.save("out/"); model = kernorch.load("out/")
 """
 
 from kernorch.errors import KernorchError
 
-__all__ = ["CompiledModel", "KernorchError", "compile", "load"]
+__all__ = ["CompiledModel", "KernorchError", "compile", "load", "optimize"]
 __version__ = "0.1.0"
 
 
@@ -17,6 +18,10 @@ def __getattr__(name: str):
         from kernorch.runtime.compile import compile
 
         return compile
+    if name == "optimize":
+        from kernorch.runtime.optimize import optimize
+
+        return optimize
     if name in ("CompiledModel", "load"):
         from kernorch.runtime import model
 

@@ -50,6 +50,8 @@ def export_torch(module, example_inputs, dynamo: bool = False, input_names: Sequ
     what = f"exporting {type(module).__name__} to ONNX ({exporter} exporter) failed"
     with _eval_mode(module), _quiet(), torch.no_grad():
         try:
+            if output_names is None:
+                output_names = _output_names(module, args, names)
             if dynamo:
                 proto = _export_dynamo(module, args, names, output_names)
             else:
@@ -94,6 +96,28 @@ def _as_tuple(example_inputs) -> tuple:
         if not isinstance(a, torch.Tensor):
             raise ExportError(f"example input {k} is a {type(a).__name__}, expected a torch.Tensor")
     return tuple(args)
+
+
+def _output_names(module, args, input_names) -> list[str] | None:
+    """Names for the exported outputs, from what ``forward`` returns: a dict's keys, a named tuple's
+    fields, else ``output`` (one tensor) or ``output_0``, ``output_1``, ... (a tuple or list of
+    tensors); None (the exporter's own names) for anything nested or clashing with an input."""
+    import torch
+
+    out = module(*args)
+    if isinstance(out, torch.Tensor):
+        names = ["output"]
+    elif isinstance(out, dict) and all(isinstance(v, torch.Tensor) for v in out.values()):
+        names = [str(k) for k in out]
+    elif isinstance(out, tuple) and hasattr(out, "_fields") and all(isinstance(v, torch.Tensor) for v in out):
+        names = list(out._fields)
+    elif isinstance(out, (tuple, list)) and out and all(isinstance(v, torch.Tensor) for v in out):
+        names = [f"output_{k}" for k in range(len(out))]
+    else:
+        return None
+    if len(set(names)) != len(names) or set(names) & set(input_names):
+        return None
+    return names
 
 
 def _forward_names(module, n: int) -> list[str]:
