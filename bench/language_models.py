@@ -1,6 +1,6 @@
 """Language-model builders from transformers configs with random weights (no hub downloads):
-GPT-2 (token + position embeddings, decoder blocks) and a BERT encoder (input_ids +
-attention_mask with the tail padded). Static shapes: batch 1, ``size`` tokens; ``depth`` layers.
+GPT-2 (token + position embeddings, decoder blocks), a BERT encoder (input_ids + attention_mask
+with the tail padded), a Llama-style decoder and a T5 encoder. Static shapes: batch 1, ``size`` tokens; ``depth`` layers.
 
 ``tiny=True`` keeps the architecture and shrinks the width (64 hidden, 2 heads, vocabulary 1000)
 for tests; the registered benchmark models are GPT-2 small and BERT-base widths.
@@ -53,4 +53,33 @@ def bert(seq: int, layers: int, seed: int = 0, tiny: bool = False) -> tuple[nn.M
     model = LastHidden(BertModel(cfg, add_pooling_layer=False), decoder=False).eval()
     mask = torch.ones(1, seq, dtype=torch.int64)
     mask[0, seq - max(1, seq // 4):] = 0  # the last quarter is padding
+    return model, (_ids(seq, cfg.vocab_size, seed), mask)
+
+
+def llama(seq: int, layers: int, seed: int = 0, tiny: bool = False) -> tuple[nn.Module, tuple]:
+    """A Llama-style decoder: RMSNorm, rotary embeddings, gated SiLU MLP, grouped-query causal
+    attention."""
+    from transformers import LlamaConfig, LlamaModel
+
+    width = (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                  vocab_size=1000) if tiny else
+             dict(hidden_size=2048, num_attention_heads=32, num_key_value_heads=8, intermediate_size=5632,
+                  vocab_size=32000))
+    cfg = LlamaConfig(num_hidden_layers=layers, max_position_embeddings=max(seq, 64), **width)
+    torch.manual_seed(seed)
+    model = LastHidden(LlamaModel(cfg), decoder=True).eval()
+    return model, (_ids(seq, cfg.vocab_size, seed),)
+
+
+def t5_encoder(seq: int, layers: int, seed: int = 0, tiny: bool = False) -> tuple[nn.Module, tuple]:
+    """A T5 encoder (RMS norm, relative position buckets) with a padded attention mask."""
+    from transformers import T5Config, T5EncoderModel
+
+    width = (dict(d_model=64, num_heads=2, d_kv=32, d_ff=128, vocab_size=1000) if tiny else
+             dict(d_model=512, num_heads=8, d_kv=64, d_ff=2048, vocab_size=32128))
+    cfg = T5Config(num_layers=layers, **width)
+    torch.manual_seed(seed)
+    model = LastHidden(T5EncoderModel(cfg), decoder=False).eval()
+    mask = torch.ones(1, seq, dtype=torch.int64)
+    mask[0, seq - max(1, seq // 4):] = 0
     return model, (_ids(seq, cfg.vocab_size, seed), mask)
