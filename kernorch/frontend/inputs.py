@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernorch.errors import InputError
-from kernorch.ir.graph import Graph, TensorType
+from kernorch.ir.graph import Graph, TensorType, index_limits
 from kernorch.ir.prims import ValueId
 
 
@@ -77,8 +77,10 @@ def _fmt(shape: Sequence[int]) -> str:
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random feeds by input name: standard normal floats, small non-negative integers
-    (safe as indices into any non-empty axis of size >= 4), random booleans."""
+    (safe as indices into any non-empty axis of size >= 4, and below n where an input is a
+    gather's index into an axis of n), random booleans."""
     rng = np.random.default_rng(seed)
+    limits = index_limits(graph)
     feeds = {}
     for v in graph.inputs:
         t = graph.types[v]
@@ -86,7 +88,7 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         if dt.kind == "f":
             a = rng.standard_normal(t.shape).astype(dt)
         elif dt.kind in "iu":
-            a = rng.integers(0, 4, size=t.shape).astype(dt)
+            a = rng.integers(0, min(4, limits.get(v, 4)), size=t.shape).astype(dt)
         elif dt.kind == "b":
             a = rng.random(t.shape) < 0.5
         else:

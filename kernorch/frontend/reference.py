@@ -11,10 +11,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
-from kernorch.errors import KernorchError
+from kernorch.errors import InputError, KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir import interp
 from kernorch.ir.graph import Graph
+from kernorch.ir.layout import GatherIndexError
 
 DEFAULT_TOL = 1e-4
 
@@ -23,7 +24,10 @@ def run_interpreter(graph: Graph, feeds: Mapping[str, Any] | Sequence[Any]) -> d
     """Checked inputs -> reference interpreter -> {output name: array}."""
     by_id = check_inputs(graph, feeds)
     arrays = {v: _numpy(a) for v, a in by_id.items()}
-    out = interp.run(graph, arrays)
+    try:
+        out = interp.run(graph, arrays)
+    except GatherIndexError as e:  # an index input out of range: the user's data, said in one line
+        raise InputError(str(e)) from None
     return {graph.name(v): out[v] for v in graph.outputs}
 
 

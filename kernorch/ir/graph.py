@@ -207,6 +207,22 @@ def verify(g: Graph) -> None:
             raise GraphError(f"output %{v} is never defined")
 
 
+def index_limits(g: Graph) -> dict[ValueId, int]:
+    """Values read as runtime gather indices -> the smallest gathered axis they index (n: valid
+    indices are [-n, n)), followed back through views, broadcasts and casts to the value they
+    copy. Random test data for those values must stay in range: the interpreter rejects
+    out-of-range indices (Note [gather bounds] in ir/layout.py)."""
+    limits: dict[ValueId, int] = {}
+    for p in reversed(g.prims):
+        if p.op is Op.GATHER:
+            for v, ax in zip(p.inputs[1:], p.attrs.axes):
+                limits[v] = min(limits.get(v, p.attrs.data.in_shape[ax]), p.attrs.data.in_shape[ax])
+        elif p.op in (Op.VIEW, Op.BROADCAST, Op.CAST) and p.output in limits:
+            v = p.inputs[0]
+            limits[v] = min(limits.get(v, limits[p.output]), limits[p.output])
+    return limits
+
+
 # ---------------------------------------------------------------------------------------------
 # Type inference
 # ---------------------------------------------------------------------------------------------

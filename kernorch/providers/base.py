@@ -22,7 +22,7 @@ import torch
 
 from kernorch.errors import KernorchError
 from kernorch.ir import interp
-from kernorch.ir.graph import Graph
+from kernorch.ir.graph import Graph, index_limits
 from kernorch.ir.prims import ValueId
 
 
@@ -93,6 +93,7 @@ def random_inputs(g: Graph, sub: Graph, seed: int = 0) -> dict[ValueId, np.ndarr
     """Feeds for ``sub``'s inputs: the real data of tensor constants of ``g``, random data of the
     declared dtype for the rest (integers non-zero, so integer division stays defined)."""
     rng = np.random.default_rng(seed)
+    limits = index_limits(sub)  # gather indices stay in range: the interpreter rejects the rest
     feeds = {}
     for v in sub.inputs:
         t = sub.types[v]
@@ -107,6 +108,9 @@ def random_inputs(g: Graph, sub: Graph, seed: int = 0) -> dict[ValueId, np.ndarr
             arr = rng.integers(lo, 6, size=t.shape)
             if dt.kind == "i":
                 arr = np.where(arr == 0, 1, arr)
+            if v in limits:
+                n = limits[v]
+                arr = rng.integers(max(lo, -n), min(6, n), size=t.shape)
         elif dt in (np.float32, np.float64):
             arr = rng.standard_normal(t.shape, dtype=dt)  # generated in the dtype: no float64 detour
         else:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernorch.ir.graph import Graph
+from kernorch.ir.graph import Graph, index_limits
 from kernorch.ir.interp import run
 
 
 def random_feeds(g: Graph, seed: int = 0) -> dict[int, np.ndarray]:
     """One array per graph input: normal floats, small integers, random booleans."""
     rng = np.random.default_rng(seed)
+    limits = index_limits(g)  # gather indices stay in range
     feeds = {}
     for v in g.inputs:
         t = g.types[v]
@@ -21,7 +22,8 @@ def random_feeds(g: Graph, seed: int = 0) -> dict[int, np.ndarray]:
         elif kind == "b":
             arr = rng.random(t.shape) < 0.5
         else:
-            arr = rng.integers(-4, 5, size=t.shape)
+            n = limits.get(v, 5)
+            arr = rng.integers(-min(n, 4), min(n, 5), size=t.shape)
         feeds[v] = np.asarray(arr).astype(t.dtype)
     return feeds
 

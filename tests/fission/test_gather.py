@@ -147,3 +147,39 @@ def test_data_dependent_shapes_are_one_line_errors(op):
     with pytest.raises(UnsupportedOpError, match=f"operator {op} .*output shape depends on the input values") as e:
         import_onnx(model)
     assert "\n" not in str(e.value)
+
+
+def test_random_test_data_keeps_gather_indices_in_range():
+    """Every random-input generator (kernorch check, kernel verification, rewrite checks) draws
+    index inputs inside the gathered axis, also through a cast and a reshape on the way."""
+    from onnx import TensorProto, helper
+
+    from kernorch.frontend.inputs import random_inputs
+    from kernorch.ir.graph import index_limits
+    from kernorch.providers.base import random_inputs as provider_inputs
+    from kernorch.rewrite.check import random_feeds
+
+    nodes = [helper.make_node("Cast", ["i"], ["i32"], to=TensorProto.INT32),
+             helper.make_node("Reshape", ["i32", "shape"], ["i2"]),
+             helper.make_node("GatherElements", ["x", "i2"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2]),
+                                           helper.make_tensor_value_info("i", TensorProto.INT64, [6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+                              [helper.make_tensor("shape", TensorProto.INT64, [2], [3, 2])])
+    g, _ = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    i = g.inputs[1]
+    assert index_limits(g)[i] == 2
+    for seed in range(5):
+        for arr in (random_inputs(g, seed)["i"], provider_inputs(g, g, seed)[i], random_feeds(g, seed)[i]):
+            assert arr.min() >= -2 and arr.max() < 2
+        interp.run(g, random_feeds(g, seed))
+
+
+def test_out_of_range_user_input_is_a_one_line_input_error():
+    from kernorch.errors import InputError
+    from kernorch.frontend.reference import run_interpreter
+
+    g, _ = import_onnx(node_model("Gather", {"x": X, "i": np.array([0, 1], np.int64)}, axis=0))
+    with pytest.raises(InputError, match=r"gather .*index 5 is out of range \[-3, 3\)") as e:
+        run_interpreter(g, {"x": X, "i": np.array([0, 5], np.int64)})
+    assert "\n" not in str(e.value)
