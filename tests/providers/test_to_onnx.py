@@ -209,3 +209,32 @@ def test_gather_with_composed_maps_exports_through_coordinates():
     out = b.unary(Op.EXP, b.gather(x, [i], m, [0], maps))
     _check(b, [out])
     assert "GatherND" in _exported_ops(b, [out])
+
+
+@pytest.mark.parametrize("case", ["take", "elements", "nd"])
+def test_gathers_run_on_openvino(case):
+    """The embedding-style regions onnxruntime takes, OpenVINO takes too."""
+    pytest.importorskip("openvino")
+    from kernorch.providers.ov import OpenVinoProvider
+
+    b = Builder()
+    x = b.input((9, 8))
+    if case == "take":
+        i = b.input((2, 5), "int64")
+        m, maps = layout.gather_take((9, 8), 0, (2, 5))
+        out = b.gather(x, [i], m, [0], maps)
+    elif case == "elements":
+        i = b.input((4, 8), "int32")
+        m, maps = layout.gather_elements((9, 8), 0, (4, 8))
+        out = b.gather(x, [i], m, [0], maps)
+    else:
+        i = b.input((3, 2), "int64")
+        m, maps = layout.gather_nd((9, 8), (3, 2), 0)
+        out = b.gather(x, [i, i], m, [0, 1], maps)
+    out = b.unary(Op.EXP, out)
+    g = b.g
+    g.outputs = [out]
+    members = [p.output for p in g.prims]
+    built = OpenVinoProvider(threads=1).build(g, members, [out])
+    ok, err, detail = verify(built, g, members, [out], seed=2)
+    assert ok, detail
