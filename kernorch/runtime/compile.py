@@ -17,6 +17,7 @@ from kernorch.errors import KernorchError
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
+from kernorch.orchestrate.cluster import cluster_from
 from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
@@ -99,9 +100,32 @@ def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str
 
 @contextmanager
 def _progress_bar(enabled: bool, label: str):
-    """A rich progress bar on stderr (counts and ETA), or nothing when disabled / not a terminal."""
+    """A rich progress bar on stderr (counts and ETA); on a non-terminal (CI logs) plain lines
+    ``kernorch: LABEL ...`` at the start, every 10 s or 25% of the work, and at the end; nothing
+    when disabled."""
     if not enabled:
         yield None
+        return
+    import sys
+
+    if not sys.stderr.isatty():
+        t0 = last = time.perf_counter()
+        state = {"done": 0, "total": 0, "shown": -1.0}
+        print(f"kernorch: {label} ...", file=sys.stderr, flush=True)
+
+        def log(done: int, total: int) -> None:
+            nonlocal last
+            state.update(done=done, total=total)
+            now = time.perf_counter()
+            share = done / total if total else 0.0
+            if now - last >= 10.0 or (total and share - state["shown"] >= 0.25 and done < total):
+                last, state["shown"] = now, share
+                print(f"kernorch: {label}: {done}/{total or '?'} after {now - t0:.0f} s", file=sys.stderr,
+                      flush=True)
+
+        yield log
+        counts = f"{state['done']}/{state['total']} " if state["total"] else ""
+        print(f"kernorch: {label}: {counts}done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -123,14 +147,13 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool = False, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
-            tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False) -> CompiledModel:
+            tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
+            cluster: Any = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
-    ``cuda_options`` is a runtime.cuda_measure.CudaOptions). See README "Python API"."""
-    if strategy not in STRATEGIES:
-        raise KernorchError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if cost not in COSTS:
-        raise KernorchError(f"unknown cost {cost!r}; choose one of {', '.join(COSTS)}")
+    ``cuda_options`` is a runtime.cuda_measure.CudaOptions). ``cluster="ray"`` (or
+    ``"ray:ADDRESS"``) measures candidates on a Ray cluster. See README "Python API"."""
     if target == "cuda":
+        _check_options(strategy, cost, cluster)
         from kernorch.runtime.cuda_compile import compile_cuda
 
         return compile_cuda(model, example_inputs, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes,
@@ -138,7 +161,52 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     if target != "cpu":
         raise KernorchError(f"unknown target {target!r}; choose 'cpu' or 'cuda'")
     threads = threads or default_threads()
-    busy = _check_free_cores(threads, require_quiet) if cost == "measured" else ""
+    t0 = time.perf_counter()
+    g, plan, whole, measured, ext, rep = _orchestrate(
+        model, example_inputs, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes, rewrites=rewrites,
+        threads=threads, knobs=knobs, progress=progress, dynamo=dynamo, providers=providers, regions=regions,
+        tuning_budget=tuning_budget, require_quiet=require_quiet, cluster=cluster)
+    t3 = time.perf_counter()
+    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None, ext)
+    if whole is not None:
+        with _progress_bar(progress, "timing the plan and the whole model as one region end to end"):
+            plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep)
+    rep.plan_summary = plan.summary()
+    rep.seconds["build"] = time.perf_counter() - t3
+    rep.seconds["total"] = time.perf_counter() - t0
+    return CompiledModel(compiled, rep, g)
+
+
+def tune(model: Any, example_inputs: Any = None, **options: Any) -> CompileReport:
+    """Measure what compiling ``model`` would measure (same options as ``compile``, CPU target)
+    and store it in the tuning database, without building the compiled model: ``kernorch tune``."""
+    options.setdefault("threads", default_threads())
+    options.setdefault("cost", "measured")
+    t0 = time.perf_counter()
+    *_, rep = _orchestrate(model, example_inputs, **options)
+    rep.seconds["total"] = time.perf_counter() - t0
+    return rep
+
+
+def _check_options(strategy: str, cost: str, cluster: Any) -> None:
+    if strategy not in STRATEGIES:
+        raise KernorchError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if cost not in COSTS:
+        raise KernorchError(f"unknown cost {cost!r}; choose one of {', '.join(COSTS)}")
+    if cluster is not None and cost != "measured":
+        raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
+
+
+def _orchestrate(model: Any, example_inputs: Any, *, strategy: str = "optimal", cost: str = "measured",
+                 db: str | os.PathLike | TuningDB | None = None, input_shapes=None,
+                 rewrites: Sequence[str] = DEFAULT_RULES, threads: int, knobs: Knobs | None = None,
+                 progress: bool = True, dynamo: bool = False, providers: Sequence[str] | None = DEFAULT_PROVIDERS,
+                 regions: bool = True, tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
+                 cluster: Any = None):
+    """Import, rewrite and plan (measuring into the database): (graph, plan, whole-graph region
+    plan or None, the measured cost, external providers, report)."""
+    _check_options(strategy, cost, cluster)
+    busy = _check_free_cores(threads, require_quiet) if cost == "measured" and cluster is None else ""
     knobs = knobs or Knobs()
     if not regions:
         knobs = dataclasses.replace(knobs, regions=False)
@@ -166,27 +234,22 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
         ext = external_providers(threads, providers)
-        measured = MeasuredCost(g, tdb, threads=threads, providers=ext, roofline=roofline.bind(dag),
-                                require_quiet=require_quiet)
-        try:
-            plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress, "")
-        except SolverError as e:
-            raise _no_plan(e, measured) from None
-        whole = None
-        if cost == "measured" and strategy == "optimal" and knobs.regions and measured.providers:
-            whole = _whole_region(dag, plan, measured)
+        with cluster_from(cluster) as workers:
+            measured = MeasuredCost(g, tdb, threads=threads, providers=ext, roofline=roofline.bind(dag),
+                                    require_quiet=require_quiet, cluster=workers)
+            try:
+                plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress,
+                                    "")
+            except SolverError as e:
+                raise _no_plan(e, measured) from None
+            whole = None
+            if cost == "measured" and strategy == "optimal" and knobs.regions and measured.providers:
+                whole = _whole_region(dag, plan, measured)
     finally:
         if own_db:
             tdb.close()
     rep.seconds["orchestrate"] = time.perf_counter() - t2
-    t3 = time.perf_counter()
-    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None, ext)
-    if whole is not None:
-        plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep)
-    rep.plan_summary = plan.summary()
-    rep.seconds["build"] = time.perf_counter() - t3
-    rep.seconds["total"] = time.perf_counter() - t0
-    return CompiledModel(compiled, rep, g)
+    return g, plan, whole, measured, ext, rep
 
 
 def _no_plan(e: Exception, measured) -> KernorchError:
@@ -231,11 +294,12 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         seen.append(c)
         return rough(c)
 
-    first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost, floor)
+    with _progress_bar(progress and region_cost is not None and knobs.regions, f"pricing provider regions{where}"):
+        first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost, floor)
     handed = {n for k in first.regions for n in first.kernels[k].nodes}
     todo = [c for c in seen if not c.nodes <= handed]
     rep.candidates = len(todo)
-    with _progress_bar(progress, f"tuning {len(todo)} kernels{where}") as update:
+    with _progress_bar(progress and bool(todo), f"tuning {len(todo)} kernels{where}") as update:
         measured.progress = update
         measured.prefetch(todo)
     if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)

@@ -34,18 +34,17 @@ def what_ran_where(model) -> str:
     infos = model.executable.infos
     prims = len({m for i in infos for m in i.members})
     if len(infos) == 1 and infos[0].provider not in OWN:
-        return (f"the whole model ({prims} primitives) runs as one {runtime_name(infos[0].provider)} region")
+        return f"the whole model ({prims} primitives) runs as one {runtime_name(infos[0].provider)} region"
     by: dict[str, list[int]] = {}
     for i in infos:
         by.setdefault(i.provider, []).append(len(i.members))
     parts = []
     for prov, sizes in sorted(by.items(), key=lambda kv: (kv[0] not in OWN, -len(kv[1]))):
-        noun = "kernel" if len(sizes) == 1 else "kernels"
-        region = "" if prov in OWN else (" region" if len(sizes) == 1 else " regions")
-        noun = region.strip() if region else noun
-        parts.append(f"{len(sizes)} {runtime_name(prov)} {noun} ({sum(sizes)} prims)")
+        n = len(sizes)
+        noun = ("kernel" if n == 1 else "kernels") if prov in OWN else ("region" if n == 1 else "regions")
+        parts.append(f"{n} {runtime_name(prov)} {noun} ({sum(sizes)} prims)")
     own = sum(len(s) for p, s in by.items() if p in OWN)
-    head = f"{len(infos)} kernels for {prims} primitives"
+    head = f"{len(infos)} {'kernel' if len(infos) == 1 else 'kernels'} for {prims} primitives"
     if own == len(infos):
         head += ", all kernorch's own"
     return head + ": " + ", ".join(parts)
