@@ -67,6 +67,13 @@ def cast(ctx: NodeContext):
 
 @rule("CastLike")
 def cast_like(ctx: NodeContext):
+    """Input 1 only gives the dtype: a constant input 0 folds even when input 1 is computed at
+    run time (expanded functions cast their constants like a data input)."""
+    c = ctx.const(0)
+    if c is not None and c.size <= 1 << 16:
+        x = np.asarray(c)
+        return [ctx.b.constant(np.trunc(x).astype(ctx.dtype(1)) if x.dtype.kind == "f" and
+                               np.dtype(ctx.dtype(1)).kind in "iu" else x.astype(ctx.dtype(1)))]
     return [ctx.b.cast(ctx.x(0), ctx.dtype(1))]
 
 
