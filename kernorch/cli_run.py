@@ -129,7 +129,7 @@ def _compile(args, shapes, out: Path) -> int:
         kw["rewrites"] = tuple(r for r in args.rewrites.split(",") if r)
     if args.providers is not None:
         kw["providers"] = tuple(p for p in args.providers.split(",") if p)
-    t0 = time.perf_counter()
+    t0 = t_start = time.perf_counter()
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
                              regions=not args.no_regions, require_quiet=args.require_quiet, **kw)
@@ -152,8 +152,8 @@ def _compile(args, shapes, out: Path) -> int:
         return 0
     from kernorch.runtime.summary import kernel_table, plain_summary
 
-    print(f"kernorch compiled {args.model} in {secs:.1f} s -> {out}")
-    for line in plain_summary(model, comparison):
+    print(f"kernorch compiled {args.model} -> {out}")
+    for line in plain_summary(model, comparison, time.perf_counter() - t_start):
         print(line)
     print()
     print(kernel_table(model))
@@ -274,7 +274,7 @@ def _compare(model, feeds, args) -> int:
                 repeat=args.repeat, seconds=seconds, min_runs=10)
     how = f"{args.repeat} runs" if args.repeat else f"{seconds:g} s"
     print(f"\nbenchmark {args.dir}: {c.warmup} warm-up runs, then {how} interleaved round by round, "
-          f"{c.threads} threads, same inputs")
+          f"{c.threads} thread{'s' if c.threads != 1 else ''}, same inputs")
     print(c.table())
     print()
     for line in latency_lines(c):

@@ -40,7 +40,7 @@ def compiled(tmp_path_factory):
 def test_compile_says_what_it_did_and_what_it_bought(compiled):
     out_dir, out, _ = compiled
     lines = out.splitlines()
-    assert lines[0].startswith(f"kernorch compiled {EXAMPLE} in ") and lines[0].endswith(f" s -> {out_dir}")
+    assert lines[0] == f"kernorch compiled {EXAMPLE} -> {out_dir}"
     plan = next(ln for ln in lines if ln.startswith("plan "))
     assert re.search(r"(runs as one (onnxruntime|OpenVINO) region|\d+ kernels? for 32 primitives)", plan), plan
     tuning = next(ln for ln in lines if ln.startswith("tuning "))
@@ -48,11 +48,16 @@ def test_compile_says_what_it_did_and_what_it_bought(compiled):
                     tuning), tuning
     latency = next(ln for ln in lines if ln.startswith("latency ") and "onnxruntime" in ln)
     m = re.match(r"latency +kernorch (\d+\.\d+) ms vs onnxruntime (\d+\.\d+) ms \(median of (\d+) runs each, "
-                 r"same random inputs, 1 threads\): kernorch is (\d+\.\d\d)x (faster|slower)$", latency)
+                 r"same random inputs, 1 thread\): kernorch is ((\d+\.\d\d)x (faster|slower)|as fast \(within 1%\))$", latency)
     assert m, latency
-    kn, ort, runs, x, word = float(m[1]), float(m[2]), int(m[3]), float(m[4]), m[5]
+    kn, ort, runs = float(m[1]), float(m[2]), int(m[3])
     assert runs >= 5 and kn > 0 and ort > 0
-    assert x == pytest.approx(ort / kn if word == "faster" else kn / ort, rel=0.02, abs=0.01)
+    if m[5]:
+        assert float(m[5]) == pytest.approx(ort / kn if m[6] == "faster" else kn / ort, rel=0.02, abs=0.01)
+    else:
+        assert ort / kn == pytest.approx(1, abs=0.011)
+    assert re.search(r"^time +import \d+\.\d s, rewrites \d+\.\d s, tuning \d+\.\d s, build \d+\.\d s \(\d+\.\d s wall clock",
+                     out, re.M)
     # the kernel table: every figure has its unit, one row per kernel, the prims never cut mid-word
     assert re.search(r"^kernels +\d+, priced total \d+\.\d+ ms", out, re.M)
     rows = [ln for ln in lines if re.match(r"^ +\d+ ", ln)]
@@ -95,7 +100,7 @@ def test_run_compare_is_a_side_by_side_benchmark(tmp_path, compiled):
         runs, med, p90, p99, lo = int(row[1]), *map(float, row[2:6])
         assert runs == 20 and 0 < lo <= med <= p90 <= p99
     assert float(rows["onnxruntime"][7]) < 1e-4   # the same outputs as onnxruntime's
-    assert re.search(r"kernorch is \d+\.\d\dx (faster|slower)", r.stdout)
+    assert re.search(r"kernorch is (\d+\.\d\dx (faster|slower)|as fast)", r.stdout)
 
 
 def test_run_compare_without_the_source_model(tmp_path, compiled):

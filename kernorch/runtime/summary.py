@@ -74,10 +74,11 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
             won = "whole region" if e2e["whole region"] < e2e["plan"] else "kernel plan"
             lines.append(f"choice    solver's kernel plan {ms(e2e['plan'])} vs whole model as one region "
                          f"{ms(e2e['whole region'])} end to end: kept the {won}")
-        total = secs.get("total")
-        if total is not None:
-            lines.append(f"time      {total:.1f} s in all (import {secs.get('import', 0):.1f} s, "
-                         f"rewrites {secs.get('rewrite', 0):.1f} s, tuning {tune:.1f} s, build {secs.get('build', 0):.1f} s)")
+        if secs:
+            wall = "" if seconds is None else \
+                f" ({seconds:.1f} s wall clock with start-up, saving and the latency comparison)"
+            lines.append(f"time      import {secs.get('import', 0):.1f} s, rewrites {secs.get('rewrite', 0):.1f} s, "
+                         f"tuning {tune:.1f} s, build {secs.get('build', 0):.1f} s{wall}")
     if compare is not None:
         lines += latency_lines(compare)
     return lines
@@ -91,13 +92,17 @@ def latency_lines(compare) -> list[str]:
         if base is None or kn is None:
             continue
         x = base.median / kn.median
-        verdict = f"{x:.2f}x faster" if x >= 1.0 else f"{1 / x:.2f}x slower"
+        verdict = "as fast (within 1%)" if abs(x - 1) < 0.01 else f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
         out.append(f"latency   kernorch {ms(kn.median)} vs {name} {ms(base.median)} (median of {len(kn.times)} "
-                   f"runs each, same random inputs, {compare.threads} threads): kernorch is {verdict}")
+                   f"runs each, same random inputs, {_threads(compare.threads)}): kernorch is {verdict}")
     for name, why in compare.skipped.items():
         if name == "onnxruntime":
             out.append(f"latency   kernorch {ms(kn.median) if kn else '-'}; no onnxruntime baseline ({why})")
     return out
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
 
 
 def kernel_table(model, feeds=None, repeat: int = 0) -> str:
