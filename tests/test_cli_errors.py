@@ -235,3 +235,40 @@ def test_compile_rejects_bad_thread_counts(tmp_path):
     r = kernorch(tmp_path, "compile", EXAMPLE, "-o", "out", "--threads", "0")
     assert r.returncode == 2 and "argument --threads: expected a positive integer, got '0'" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+# -- the tuning database (its errors are tuning_db.py's; here: what the command line shows) ------
+
+@pytest.mark.parametrize("kind", ["text", "random", "directory", "unwritable", "home"])
+def test_a_bad_tuning_database_is_one_line(tmp_path, kind):
+    argv = ["compile", EXAMPLE, "-o", "out", "--cost", "model", "--no-compare"]
+    env_home = None
+    if kind == "text":
+        (tmp_path / "db.sqlite").write_text("garbage garbage\n")
+        argv += ["--db", "db.sqlite"]
+        want = "tuning database db.sqlite: not a kernorch tuning database"
+    elif kind == "random":
+        (tmp_path / "db.sqlite").write_bytes(np.random.default_rng(0).bytes(4096))
+        argv += ["--db", "db.sqlite"]
+        want = "tuning database db.sqlite: not a kernorch tuning database"
+    elif kind == "directory":
+        (tmp_path / "dbdir").mkdir()
+        argv += ["--db", "dbdir"]
+        want = "tuning database dbdir is a directory"
+    elif kind == "unwritable":
+        argv += ["--db", "/sys/kernorch-test.sqlite"]
+        want = "tuning database /sys/kernorch-test.sqlite: cannot"
+    else:  # no --db, no $KERNORCH_DB, and a home whose .cache cannot be created
+        env_home = "/sys"
+        want = "tuning database /sys/.cache/kernorch/tuning.sqlite: cannot"
+    if kind in ("unwritable", "home") and os.geteuid() != 0 and not Path("/sys").exists():
+        pytest.skip("needs a read-only /sys")
+    env = {k: v for k, v in os.environ.items() if k != "KERNORCH_DB"}
+    if env_home:
+        env["HOME"] = env_home
+    else:
+        env["KERNORCH_DB"] = str(tmp_path / "unused.sqlite")
+    r = subprocess.run(_script() + [str(a) for a in argv], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    one_line_error(r, want)
+    assert not (tmp_path / "out").exists()

@@ -123,3 +123,22 @@ def test_no_stray_runtime_warnings(tmp_path):
     r = kernorch(tmp_path, "compile", "inf.onnx", "-o", "out", "--no-compare", "--providers", "", "--threads", "1")
     assert r.returncode == 0, r.stderr
     assert "Warning" not in r.stderr, r.stderr
+
+
+def test_readme_documents_every_flag_of_these_commands():
+    """inspect --segments went undocumented once; every option of these commands is in the README."""
+    from kernorch.cli import build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sub = build_parser()._subparsers._group_actions[0].choices
+    missing = [f"{cmd} {opt}" for cmd in ("inspect", "check", "compile", "run", "show")
+               for a in sub[cmd]._actions for opt in a.option_strings
+               if opt.startswith("--") and opt != "--help" and opt not in readme]
+    assert not missing
+    assert "kernorch show" in readme and "kernorch --version" in readme
+
+
+def test_run_threads(tmp_path, compiled):
+    r = kernorch(tmp_path, "run", compiled[0], "--threads", "1", "--repeat", "3", "--warmup", "0")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"latency: median \d+\.\d+ ms over 3 runs", r.stdout)
