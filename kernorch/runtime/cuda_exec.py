@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np

@@ -232,16 +232,16 @@ class Reader:
             raise self.fail(f"{name} does not match its hash in {MANIFEST} (truncated or tampered)")
         return data
 
-    def blob_path(self, name: Any) -> Path:
-        """The path of a blob whose bytes match its name."""
+    def blob(self, name: Any) -> bytes:
+        """The bytes of a blob, which must match its name."""
         if not isinstance(name, str) or not _BLOB_NAME.fullmatch(name):
             raise self.fail(f"{MANIFEST} names an invalid file {str(name)[:80]!r}")
-        self._read(f"{BLOBS}/{name}", name.split(".")[0])
-        return self.d / BLOBS / name
+        return self._read(f"{BLOBS}/{name}", name.split(".")[0])
 
-    def blob(self, name: Any) -> bytes:
-        self.blob_path(name)
-        return (self.d / BLOBS / name).read_bytes()
+    def blob_path(self, name: Any) -> Path:
+        """The path of a blob whose bytes match its name (checked now)."""
+        self.blob(name)
+        return self.d / BLOBS / name
 
     def state(self, x: Any) -> Any:
         """The inverse of ``Writer.state``: blobs read back as bytes (hash-checked)."""
