@@ -70,7 +70,15 @@ class CompiledModel:
         if self.graph is None:
             raise KernorchError("this model has no graph attached and cannot be saved")
         d = Path(path)
-        w = saved.Writer(d)
+        try:
+            self._write(saved.Writer(d))
+        except OSError as e:
+            raise KernorchError(f"{d}: cannot save the model ({e.strerror or type(e).__name__}: "
+                                f"{e.filename or d})") from None
+        return d
+
+    def _write(self, w: saved.Writer) -> None:
+        assert self.graph is not None
         target = getattr(self.executable, "target", "cpu")
         m: dict[str, Any] = {"format": saved.FORMAT, "version": saved.VERSION, "target": target}
         if target == "cuda":
@@ -86,7 +94,6 @@ class CompiledModel:
                         for kern, info in zip(self.executable.kernels, self.executable.infos)]
         m["report"] = dataclasses.asdict(self.report) if dataclasses.is_dataclass(self.report) else None
         w.manifest(m)  # last: a directory is a saved model once its manifest is complete
-        return d
 
 
 def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool = False) -> CompiledModel:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # case -> compile options, and the provider that the case's timer favours (None: roofline costs)
 CASES = {
-    "roofline": (dict(cost="model", regions=False), None),
+    "roofline": (dict(cost="model", regions=False, providers=()), None),  # own kernels only
     "torch": (dict(providers=("torch",), regions=False), "torch"),
     "torch_jit": (dict(providers=("torch_jit",), regions=False), "torch_jit"),
     "ort": (dict(providers=("ort",), regions=False), "ort"),
