@@ -181,8 +181,8 @@ class CudaLinearKernel(LinearKernel, DeviceKernel):
 
 
 class CudaOpaqueKernel(OpaqueKernel, DeviceKernel):
-    """An opaque prim by the reference implementation, through host memory (cannot be captured
-    in a CUDA graph)."""
+    """An opaque prim run natively on the host (onnxruntime, one node), through host memory
+    (cannot be captured in a CUDA graph)."""
 
     capturable = False
 
