@@ -74,6 +74,21 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("dir", metavar="DIR")
     q.set_defaults(func=cmd_show)
 
+    q = sub.add_parser("report", help="write an HTML page of a compiled model's plan",
+                       description="Write one self-contained HTML page of a compiled model: the summary, the "
+                                   "primitive graph coloured by kernel, per kernel its prims, runtime, priced and "
+                                   "measured ms, a timeline of one inference, the latency against onnxruntime and "
+                                   "the per-operator and greedy baseline plans; and the timeline as a PNG.")
+    q.add_argument("dir", metavar="DIR")
+    q.add_argument("-o", "--output", metavar="FILE.html", help="the page (default DIR/report.html)")
+    q.add_argument("--png", metavar="FILE.png", help="the timeline picture (default next to the page)")
+    q.add_argument("--repeat", type=positive_int, default=20, help="runs per kernel for the timeline (default 20)")
+    q.add_argument("--threads", type=positive_int, help="CPU threads (default: all)")
+    q.add_argument("--no-baselines", action="store_true",
+                   help="do not build and time the per-operator and greedy plans of the source model")
+    q.add_argument("--no-compare", action="store_true", help="do not time onnxruntime / OpenVINO")
+    q.set_defaults(func=cmd_report)
+
 
 def _non_negative_int(text: str) -> int:
     try:
@@ -308,3 +323,77 @@ def _type(model, name: str, is_input: bool) -> str:
             t = g.types[v]
             return f"{t.dtype}[{','.join(map(str, t.shape))}]"
     return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# kernorch report
+# ---------------------------------------------------------------------------------------------
+
+def cmd_report(args) -> int:
+    from kernorch.frontend.inputs import random_inputs
+    from kernorch.runtime.benchmark import compare
+    from kernorch.runtime.html_report import build_html, measure_kernels, write_png
+
+    page = Path(args.output) if args.output else Path(args.dir) / "report.html"
+    png = Path(args.png) if args.png else page.with_suffix(".png")
+    for f, flag in ((page, "-o"), (png, "--png")):
+        if f.is_dir():
+            raise KernorchError(f"{flag} {f}: is a directory; name a file")
+        if not f.parent.exists():
+            raise KernorchError(f"{flag} {f}: no such directory {f.parent}")
+    model = _load(args)
+    feeds = random_inputs(model.executable.sig.graph, seed=0)
+    source = Path(args.dir) / SOURCE
+    secs = measure_kernels(model, feeds, args.repeat)
+    comparison = None
+    if not args.no_compare:
+        comparison = compare(model, feeds, source if source.exists() else None, threads=args.threads, seconds=1.0)
+    baselines = None
+    if not args.no_baselines and source.exists():
+        baselines = _baselines(model, feeds, source, args.threads)
+    title = f"kernorch plan of {Path(args.dir).resolve().name}"
+    try:
+        page.write_text(build_html(model, title=title, kernel_seconds=secs, comparison=comparison,
+                                   baselines=baselines))
+        made = write_png(png, model.executable.infos, secs, title)
+    except OSError as e:
+        raise KernorchError(f"cannot write the report ({e.strerror or e}): {e.filename}") from None
+    print(f"report    {page}" + (f"\ntimeline  {made}" if made else "  (no PNG: matplotlib is not installed)"))
+    return 0
+
+
+def _baselines(model, feeds, source: Path, threads) -> list[dict]:
+    """The per-operator and greedy plans of the source model (kernorch's own kernels, roofline
+    costs, so nothing is tuned), timed end to end next to this plan, interleaved."""
+    import statistics
+
+    import kernorch
+
+    g = model.executable.sig.graph
+    shapes = {g.name(v): list(g.types[v].shape) for v in g.inputs}
+    runs = {"this plan": (model, f"{len(model.kernels)} kernels")}
+    notes = {"this plan": "the compiled model"}
+    for strategy in ("per-operator", "greedy"):
+        try:
+            m = kernorch.compile(str(source), strategy=strategy, cost="model", providers=(), regions=False,
+                                 input_shapes=shapes, threads=threads, progress=False)
+        except KernorchError as e:
+            notes[strategy] = f"not built: {e}"
+            continue
+        runs[strategy] = (m, "")
+        notes[strategy] = "kernorch's own kernels, one per operator" if strategy == "per-operator" else \
+            "kernorch's own kernels, rule-based fusion"
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    t_end = time.perf_counter() + 2.0
+    rounds = 0
+    while rounds < 3 or (time.perf_counter() < t_end and rounds < 500):
+        for name, (m, _) in runs.items():
+            t = time.perf_counter()
+            m.run(feeds)
+            if rounds >= 2:
+                times[name].append(time.perf_counter() - t)
+        rounds += 1
+    out = [{"name": name, "kernels": len(m.kernels), "median": statistics.median(times[name]),
+            "note": notes[name]} for name, (m, _) in runs.items()]
+    out += [{"name": k, "note": v} for k, v in notes.items() if k not in runs]
+    return out

@@ -131,7 +131,7 @@ def test_readme_documents_every_flag_of_these_commands():
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     sub = build_parser()._subparsers._group_actions[0].choices
-    missing = [f"{cmd} {opt}" for cmd in ("inspect", "check", "compile", "run", "show")
+    missing = [f"{cmd} {opt}" for cmd in ("inspect", "check", "compile", "run", "show", "report")
                for a in sub[cmd]._actions for opt in a.option_strings
                if opt.startswith("--") and opt != "--help" and opt not in readme]
     assert not missing
