@@ -1,6 +1,7 @@
 """Language-model builders from transformers configs with random weights (no hub downloads):
 GPT-2 (token + position embeddings, decoder blocks), a BERT encoder (input_ids + attention_mask
-with the tail padded), a Llama-style decoder and a T5 encoder. Static shapes: batch 1, ``size`` tokens; ``depth`` layers.
+with the tail padded), a Llama-style decoder and a T5 encoder. Static shapes: batch 1, ``size``
+tokens; ``depth`` layers.
 
 ``tiny=True`` keeps the architecture and shrinks the width (64 hidden, 2 heads, vocabulary 1000)
 for tests; the registered benchmark models are GPT-2 small and BERT-base widths.

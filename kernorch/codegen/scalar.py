@@ -183,7 +183,8 @@ class Inliner:
         b = self.body
         x = b.cast(raw, "int64")
         zero, last = b.imm(0, "int64"), b.imm(n - 1, "int64")
-        wrapped = b.let("select", "int64", (b.let("lt", "bool", (x, zero)), b.let("add", "int64", (x, b.imm(n, "int64"))), x))
+        negative = b.let("lt", "bool", (x, zero))
+        wrapped = b.let("select", "int64", (negative, b.let("add", "int64", (x, b.imm(n, "int64"))), x))
         return b.let("min", "int64", (b.let("max", "int64", (wrapped, zero)), last))
 
     def _sub(self, e: Expr, idx: Sequence[Expr]) -> Expr:

@@ -14,7 +14,8 @@ import numpy as np
 from kernorch.ir import layout
 from kernorch.ir.layout import IndexMap
 from kernorch.ir.prims import (BINARY, COMPARE, KIND, LOGICAL, NO_ATTRS, UNARY, Attrs, BroadcastAttrs, CastAttrs,
-                               ConcatAttrs, ConvAttrs, GatherAttrs, Kind, Op, OpaqueAttrs, Prim, ReduceAttrs, ValueId, ViewAttrs)
+                               ConcatAttrs, ConvAttrs, GatherAttrs, Kind, Op, OpaqueAttrs, Prim, ReduceAttrs, ValueId,
+                               ViewAttrs)
 
 FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16")
 

@@ -276,7 +276,10 @@ class GatherIndexError(IndexError):
     """An index of a runtime gather is outside [-n, n) (ONNX: undefined, kernorch: an error)."""
 
 
-def gather_take(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+GatherMaps = tuple[IndexMap, tuple[IndexMap, ...]]  # the data map and one map per index input
+
+
+def gather_take(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> GatherMaps:
     """ONNX Gather (numpy ``take``): out shape ``data[:axis] + idx + data[axis+1:]``.
     Returns the data map (a placeholder on ``axis``) and the one index map."""
     r = len(idx_shape)
@@ -288,13 +291,13 @@ def gather_take(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) 
     return make(out_shape, data_shape, idx), (imap,)
 
 
-def gather_elements(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+def gather_elements(data_shape: Sequence[int], axis: int, idx_shape: Sequence[int]) -> GatherMaps:
     """ONNX GatherElements: out shape = idx shape, ``out[o] = data[o with o[axis] = idx[o]]``."""
     idx = [ix.const(0) if d == axis else ix.var(d) for d in range(len(data_shape))]
     return make(idx_shape, data_shape, idx), (identity(idx_shape),)
 
 
-def gather_nd(data_shape: Sequence[int], idx_shape: Sequence[int], batch_dims: int) -> tuple[IndexMap, tuple[IndexMap, ...]]:
+def gather_nd(data_shape: Sequence[int], idx_shape: Sequence[int], batch_dims: int) -> GatherMaps:
     """ONNX GatherND: ``k = idx_shape[-1]`` leading data axes after the batch dims are read from
     the index tuple; out shape ``idx_shape[:-1] + data_shape[batch_dims + k:]``. One index map
     per component (all into the same index tensor)."""

@@ -32,13 +32,13 @@ CASES = {
     "embed_pos_norm_int64": lambda b: embed_pos_norm(b, "int64"),
     "embed_pos_norm_int32": lambda b: embed_pos_norm(b, "int32"),
     # a middle axis, 2-d indices, the data a transposed view, then exp
-    "take_middle_axis": lambda b: b.unary(Op.EXP, take(b, b.permute(b.input((6, 5, 4)), [2, 0, 1]), b.input((3, 2), "int32"), 1)),
+    "take_middle_axis": lambda b: b.unary(
+        Op.EXP, take(b, b.permute(b.input((6, 5, 4)), [2, 0, 1]), b.input((3, 2), "int32"), 1)),
     # a gather feeding a reduction (sum of gathered rows)
     "take_then_sum": lambda b: b.reduce(Op.SUM, take(b, b.input((VOCAB, D)), b.input((2, 8), "int64"), 0), [2]),
     "gather_elements": lambda b: b.binary(
-        Op.MUL, b.gather(x := b.input((4, 7)), [i := b.input((4, 3), "int64")], *_ge((4, 7), 1, (4, 3))), b.scalar(2.0)),
-    "gather_nd": lambda b: b.gather(x := b.input((3, 4, 5)), [i := b.input((6, 2), "int64")] * 2,
-                                    *_nd((3, 4, 5), (6, 2), 0)),
+        Op.MUL, b.gather(b.input((4, 7)), [b.input((4, 3), "int64")], *_ge((4, 7), 1, (4, 3))), b.scalar(2.0)),
+    "gather_nd": lambda b: b.gather(b.input((3, 4, 5)), [b.input((6, 2), "int64")] * 2, *_nd((3, 4, 5), (6, 2), 0)),
     # elementwise index arithmetic inside the kernel: position ids = ids + 1
     "computed_indices": lambda b: take(b, b.input((VOCAB, 8)),
                                        b.binary(Op.ADD, b.input((2, 5), "int64"), b.scalar(1, "int64")), 0),
