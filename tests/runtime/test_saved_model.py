@@ -133,7 +133,7 @@ def test_saved_directory_holds_json_safetensors_and_hashed_blobs(saved):
         assert p.stem == hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-CUDA_LOADER = """
+LOAD_ONE = """
 import sys, numpy as np, kernorch
 np.save(sys.argv[2], kernorch.load(sys.argv[1])(np.load(sys.argv[3])))
 """
@@ -155,7 +155,7 @@ def test_cuda_model_round_trips_in_a_new_process(tmp_path):
     kinds = {k["kind"] for k in json.loads((d / "model.json").read_text())["kernels"]}
     assert {"triton", "linear", "reference"} <= kinds, kinds
     np.save(tmp_path / "x.npy", x.numpy())
-    proc = subprocess.run([sys.executable, "-c", CUDA_LOADER, str(d), str(tmp_path / "again.npy"),
+    proc = subprocess.run([sys.executable, "-c", LOAD_ONE, str(d), str(tmp_path / "again.npy"),
                            str(tmp_path / "x.npy")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = np.load(tmp_path / "again.npy")
@@ -163,3 +163,25 @@ def test_cuda_model_round_trips_in_a_new_process(tmp_path):
         assert np.abs(again - got).max() <= 1e-6
     else:
         assert np.array_equal(again, got)
+
+
+@pytest.mark.slow
+def test_candy_round_trips_in_a_new_process(tmp_path):
+    """A real model (fast-neural-style candy, 64x64): dozens of kernels, weights of megabytes."""
+    import onnxruntime as ort
+
+    from bench.export import export_onnx
+
+    path = export_onnx("candy", "torchscript", size=64, cache_dir=tmp_path / "onnx", verbose=False)
+    model = kernorch.compile(path, cost="model", threads=2, progress=False)
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    got = model(x)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    assert np.abs(got - want).max() <= 1e-3 * max(1.0, float(np.abs(want).max()))
+    d = model.save(tmp_path / "saved")
+    np.save(tmp_path / "x.npy", x)
+    proc = subprocess.run([sys.executable, "-c", LOAD_ONE, str(d), str(tmp_path / "again.npy"),
+                           str(tmp_path / "x.npy")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert np.array_equal(np.load(tmp_path / "again.npy"), got)
