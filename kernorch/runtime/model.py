@@ -20,7 +20,7 @@ from kernorch.codegen.build import function as library_function, load as load_li
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import CKernel, OpaqueKernel
-from kernorch.errors import KernorchError
+from kernorch.errors import CompilerError, KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.runtime import saved
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
@@ -147,7 +147,10 @@ def _generate_again(r: saved.Reader, g: Graph, own: list) -> list[tuple[int, CKe
     out = []
     for threads in sorted({saved.as_int(rec["threads"]) for _, rec, _, _ in own}):
         batch = [(k, rec, members, outputs) for k, rec, members, outputs in own if rec["threads"] == threads]
-        built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads)
+        try:
+            built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads)
+        except CompilerError as e:
+            raise KernorchError(f"{e} (load(..., trust_libraries=True) runs the saved libraries, no compiler)") from None
         for (k, rec, _, _), kern in zip(batch, built):
             before = r.blob(rec["source"]).decode()
             if not isinstance(kern, CKernel) or before.replace(str(rec["function"]), kern.spec.name) != kern.source:
