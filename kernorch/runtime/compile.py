@@ -299,7 +299,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     handed = {n for k in first.regions for n in first.kernels[k].nodes}
     todo = [c for c in seen if not c.nodes <= handed]
     rep.candidates = len(todo)
-    with _progress_bar(progress and bool(todo), f"tuning {len(todo)} kernels{where}") as update:
+    with _progress_bar(progress and bool(todo), f"tuning candidate kernels{where}") as update:
         measured.progress = update
         measured.prefetch(todo)
     if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
