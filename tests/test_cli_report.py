@@ -71,9 +71,13 @@ def test_progress_is_plain_lines_on_a_non_terminal(compiled):
     _, _, err = compiled
     lines = err.splitlines()
     assert lines and all(ln.startswith("kernorch: ") for ln in lines), err
-    assert any(re.match(r"kernorch: calibrating on \d+ kernels: \d+/\d+ done in \d+\.\d s", ln) for ln in lines)
+    assert any(re.match(r"kernorch: calibrating on the per-operator kernels: \d+/\d+ done in \d+\.\d s", ln) for ln in lines)
     assert any(ln.startswith("kernorch: pricing provider regions: done in") for ln in lines)
     assert "0/?" not in err and "\x1b[" not in err  # no empty bar, no terminal control codes
+    for k, ln in enumerate(lines):  # once a phase says "done", no more counts under its label
+        if " done in " in ln:
+            label = ln.split(": ")[1]
+            assert not any(x.startswith(f"kernorch: {label}: ") and " after " in x for x in lines[k + 1:]), err
 
 
 def test_show_prints_the_saved_summary(tmp_path, compiled):

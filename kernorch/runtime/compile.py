@@ -302,6 +302,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     with _progress_bar(progress and bool(todo), f"tuning candidate kernels{where}") as update:
         measured.progress = update
         measured.prefetch(todo)
+    measured.progress = None
     if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
         return _with_stats(orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost),
                            measured, rep)
@@ -317,7 +318,11 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             # them fully (measuring only the picked kernels can take one round per kernel).
             back = {n for k, c in enumerate(plan.kernels) if k not in regions for n in c.nodes} & handed
             handed -= back
-            measured.prefetch(missing + [c for c in seen if c.nodes & back])
+            more = missing + [c for c in seen if c.nodes & back]
+            with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
+                measured.progress = update
+                measured.prefetch(more)
+            measured.progress = None
         else:
             raise KernorchError("the plan kept picking unmeasured kernels; compile with regions=False")
     finally:
@@ -405,9 +410,10 @@ def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, 
     """Measured over roofline time, summed over the per-operator plan's kernels (measured here;
     the optimal strategy's candidates include them anyway), and those kernels with their times."""
     per_op = orchestrate(dag, "per-operator", rough, measured.can_generate, key_fn, knobs)
-    with _progress_bar(progress, f"calibrating on {len(per_op.kernels)} kernels{where}") as update:
+    with _progress_bar(progress, f"calibrating on the per-operator kernels{where}") as update:
         measured.progress = update
         measured.prefetch(per_op.kernels)
+    measured.progress = None
     timed = [(c, measured(c), rough(c)) for c in per_op.kernels]
     timed = [(c, m, r) for c, m, r in timed if m is not None and r]
     scale = sum(m for _, m, _ in timed) / sum(r for _, _, r in timed) if timed else 1.0
