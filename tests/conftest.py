@@ -26,3 +26,26 @@ if _os.environ.get("KERNORCH_CUDA_TESTS") != "gpu":
         _gpu = False
     if not _gpu or _os.environ.get("KERNORCH_CUDA_TESTS") == "interpret":
         _os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Tests never write outside their temp dirs. The tuning database (always), the C build cache and the
+# bench model cache (unless set explicitly) point into one directory per test session, removed at
+# exit; subprocesses inherit it. So no test writes ~/.cache/kernorch, whatever it forgets to pass.
+# KERNORCH_TEST_CACHE=DIR keeps the build and model caches in DIR across runs (never the database).
+import atexit as _atexit  # noqa: E402
+import shutil as _shutil  # noqa: E402
+import tempfile as _tempfile  # noqa: E402
+
+SESSION_DIR = Path(_tempfile.mkdtemp(prefix="kernorch-tests-"))
+_atexit.register(_shutil.rmtree, SESSION_DIR, ignore_errors=True)
+_os.environ["KERNORCH_DB"] = str(SESSION_DIR / "tuning.sqlite")
+_keep = Path(_os.environ["KERNORCH_TEST_CACHE"]) if _os.environ.get("KERNORCH_TEST_CACHE") else SESSION_DIR
+_os.environ.setdefault("KERNORCH_CACHE_DIR", str(_keep / "build"))
+_os.environ.setdefault("KERNORCH_MODEL_CACHE", str(_keep / "models"))
+
+try:  # hypothesis keeps no example database in the repo (tests are derandomized or seeded)
+    from hypothesis import settings as _hsettings
+
+    _hsettings.register_profile("kernorch", database=None)
+    _hsettings.load_profile("kernorch")
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass

@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -84,11 +83,9 @@ def compiled(tmp_path_factory) -> Path:
 
 def test_output_naming_an_existing_file_fails_before_tuning(tmp_path):
     (tmp_path / "afile").write_text("not a directory")
-    t0 = time.perf_counter()
     r = kernorch(tmp_path, "compile", EXAMPLE, "-o", "afile", "--db", tmp_path / "db.sqlite")
     one_line_error(r, "-o afile: exists and is not a directory")
-    assert not (tmp_path / "db.sqlite").exists()  # nothing was tuned
-    assert time.perf_counter() - t0 < 60
+    assert not (tmp_path / "db.sqlite").exists()  # nothing was tuned (the proof, not a wall-clock bound)
     assert (tmp_path / "afile").read_text() == "not a directory"
 
 
