@@ -153,10 +153,12 @@ class Writer:
 
     def __init__(self, d: Path) -> None:
         self.d = d
+        self.written: set[str] = set()
         (d / BLOBS).mkdir(parents=True, exist_ok=True)
 
     def blob(self, data: bytes, ext: str) -> str:
         name = f"{sha256(data)}.{ext}"
+        self.written.add(name)
         path = self.d / BLOBS / name
         if not path.exists() or path.stat().st_size != len(data):
             _write(path, data)
@@ -183,7 +185,14 @@ class Writer:
         return {"file": WEIGHTS, "sha256": sha256(data)}
 
     def manifest(self, m: dict) -> None:
+        """Write ``model.json`` (last), then remove what an earlier save left: blobs this model
+        does not use and the pickles of format 1."""
         _write(self.d / MANIFEST, json.dumps(m, separators=(",", ":")).encode())
+        for p in (self.d / BLOBS).iterdir():
+            if _BLOB_NAME.fullmatch(p.name) and p.name not in self.written:
+                p.unlink()
+        for old in ("graph.pkl", "kernels.pkl"):
+            (self.d / old).unlink(missing_ok=True)
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -225,3 +225,18 @@ def test_saving_where_one_cannot_write_is_one_line(original, tmp_path):
     with pytest.raises(kernorch.KernorchError) as e:
         model.save(blocker / "model")
     assert "\n" not in str(e.value) and "cannot save the model" in str(e.value), str(e.value)
+
+
+def test_saving_over_an_old_save_leaves_only_the_new_model(original, tmp_path, marker):
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "graph.pkl").write_bytes(_payload(marker))
+    (d / "kernels.pkl").write_bytes(_payload(marker))
+    (d / "blobs").mkdir()
+    stale = _put_blob(d, b"an earlier model's library", "so")
+    model = kernorch.load(original[0])
+    model.save(d)
+    assert not (d / "graph.pkl").exists() and not (d / "kernels.pkl").exists()
+    assert not (d / "blobs" / stale).exists()
+    assert sorted(p.name for p in (d / "blobs").iterdir()) == sorted(p.name for p in (original[0] / "blobs").iterdir())
+    assert np.array_equal(kernorch.load(d)(original[1]), original[2])
