@@ -99,7 +99,7 @@ def cmd_db_check(args) -> int:
         print(f"{len(bad)} suspicious price(s) in {db.path}:")
         print(f"  {'key':<12} {'target':<8} {'provider':<14} {'ms':>10}  why")
         for row, why in bad:
-            print(f"  {row.key[:12]:<12} {row.target:<8} {row.record.provider:<14} "
+            print(f"  {row.key[:12]:<12} {row.target.split('@')[0]:<8} {row.record.provider:<14} "
                   f"{row.record.seconds * 1e3:>10.4f}  {why}")
         print("re-measure them with: kernorch db retune MODEL --db FILE (with the options MODEL was compiled with)")
     return 1
@@ -109,10 +109,11 @@ def cmd_db_retune(args) -> int:
     import kernorch
     from kernorch.cli import parse_input_shapes
     from kernorch.codegen.build import default_threads
+    from kernorch.orchestrate.machine import target_name
     from kernorch.orchestrate.measure import CODEGEN_VERSION
 
     threads = args.threads or default_threads()
-    target = f"cpu-t{threads}"
+    target = target_name("cpu", threads)
     with _open(args.db) as db:
         bad = [(row, why) for row, why in suspicious(db) if row.target == target and row.version == CODEGEN_VERSION]
         if not bad:

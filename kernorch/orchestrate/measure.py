@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from kernorch.ir import interp
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate import trust
+from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
@@ -60,6 +61,15 @@ class MeasureStats:
         for r in recs.values():
             self.disturbed += r.disturbed or 0
             self.max_load = max(self.max_load, r.load or 0.0)
+
+    def add(self, other: MeasureStats) -> None:
+        """Fold in the counts of measurements taken elsewhere (a cluster worker)."""
+        self.measured += other.measured
+        self.seconds += other.seconds
+        self.disturbed += other.disturbed
+        self.remeasured += other.remeasured
+        self.unsettled += other.unsettled
+        self.max_load = max(self.max_load, other.max_load)
 
 
 def ordered_outputs(g_pos: dict[int, int], cand: Candidate) -> list[int]:
@@ -172,12 +182,13 @@ class MeasuredCost:
                  batch: int = 32, progress: Callable[[int, int], None] | None = None,
                  providers: Sequence[Provider] | None = None,
                  kernel_overhead_s: float = KERNEL_OVERHEAD_S,
-                 roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False) -> None:
+                 roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False,
+                 cluster=None) -> None:
         self.g = g
         self.db = db
         self.kernel_overhead_s = kernel_overhead_s
         self.threads = threads or default_threads()
-        self.target = f"{target}-t{self.threads}"
+        self.target = target_name(target, self.threads)
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()
@@ -195,6 +206,8 @@ class MeasuredCost:
         self.roofline = roofline
         # Refuse to store a price that never settles (raise instead): ``compile(require_quiet=True)``.
         self.require_quiet = require_quiet
+        # Where candidates are measured: here (None) or on a cluster (orchestrate.cluster.RayTuning).
+        self.cluster = cluster
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
@@ -276,8 +289,8 @@ class MeasuredCost:
         return self.key(cand) in self._memo
 
     def prefetch(self, cands: Iterable[Candidate]) -> None:
-        """Measure every candidate not yet in the database, in batches; doubtful prices
-        (trust.needs_remeasure) are measured again after the rest."""
+        """Measure every candidate not yet in the database, here or on the cluster, and store each
+        result as it arrives (this process is the database's one writer)."""
         todo: dict[str, Candidate] = {}
         for c in cands:
             k = self.key(c)
@@ -290,7 +303,17 @@ class MeasuredCost:
             self._remember(k, recs)
             self.stats.cached += 1
             del todo[k]
+        if not todo:
+            return
         items = list(todo.items())
+        results = self.measure_items(items) if self.cluster is None else self.cluster.measure(self, items)
+        for k, recs in results:
+            self._store(k, recs)
+
+    def measure_items(self, items: list[tuple[str, Candidate]]) -> Iterator[tuple[str, dict[str, Record]]]:
+        """Build, verify and time each (key, candidate) in batches; yield its records once final:
+        at once when trusted, after the re-measure rounds when doubtful (trust.needs_remeasure).
+        Stores nothing: a Ray worker runs this too, and only the driver writes the database."""
         total = len(items)
         done = 0
         doubtful: dict[str, tuple[Candidate, object, dict[str, Record]]] = {}
@@ -308,18 +331,20 @@ class MeasuredCost:
                         recs = self._attempt(k, cand, kern)
                         self.stats.measured += 1
                         self.stats.seconds += time.perf_counter() - t0
-                        if any(trust.needs_remeasure(r) for r in recs.values()):
-                            doubtful[k] = (cand, kern, recs)  # stored after the re-measure
-                        else:
-                            self._store(k, recs)
                         done += 1
                         if self.progress:
                             self.progress(done, total)
-        self._remeasure(doubtful)
+                        if any(trust.needs_remeasure(r) for r in recs.values()):
+                            doubtful[k] = (cand, kern, recs)
+                        else:
+                            yield k, recs
+        yield from self._remeasure(doubtful)
 
-    def _remeasure(self, doubtful: dict[str, tuple[Candidate, object, dict[str, Record]]]) -> None:
-        """Measure doubtful kernels again (bounded rounds, a pause before each) and store the
-        better attempt per provider, flagged when still doubtful (or refuse, when quiet is required)."""
+    def _remeasure(self, doubtful: dict[str, tuple[Candidate, object, dict[str, Record]]]
+                   ) -> Iterator[tuple[str, dict[str, Record]]]:
+        """Measure doubtful kernels again (bounded rounds, a pause before each) and yield the
+        better attempt per provider, to be stored flagged when still doubtful (or refuse, when
+        quiet is required)."""
         for _ in range(REMEASURE_ROUNDS):
             if not doubtful:
                 break
@@ -331,7 +356,7 @@ class MeasuredCost:
                     doubtful[k] = (cand, kern, recs)
                 else:
                     del doubtful[k]
-                    self._store(k, recs)
+                    yield k, recs
         unsettled = [k for k, (_, _, recs) in doubtful.items() if any(UNSETTLED in r.flag_set for r in recs.values())]
         if unsettled and self.require_quiet:
             raise KernorchError(
@@ -340,7 +365,7 @@ class MeasuredCost:
                 f"machine, or without require_quiet / --require-quiet to store them flagged")
         self.stats.unsettled += len(unsettled)
         for k, (_, _, recs) in doubtful.items():
-            self._store(k, recs)
+            yield k, recs
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]

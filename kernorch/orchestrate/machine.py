@@ -1,0 +1,56 @@
+"""The machine kind a price was measured on: prices of one kind never stand in for another's.
+
+The signature names the CPU model and core count and hashes the library versions that build or
+run kernels (PyTorch, onnxruntime, OpenVINO, the C compiler), so a database shared between
+machines, merged from several (``kernorch db merge``) or filled by Ray workers keeps each kind's
+prices apart, and upgrading a provider prices its kernels again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+
+VERSIONED = ("torch", "onnxruntime", "openvino")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+@functools.lru_cache(maxsize=None)
+def machine_signature() -> str:
+    """``<cpu model>-<N>c-<hash of library and compiler versions>``, e.g. ``amd-epyc-2c-1a2b3c4d``."""
+    from kernorch.codegen.toolchain import _compiler_id, compiler
+
+    try:
+        cc = _compiler_id(compiler())
+    except Exception:  # noqa: BLE001 - no compiler: the providers can still measure
+        cc = "no-cc"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    versions = ";".join([cc, *(f"{p}={_version(p)}" for p in VERSIONED)])
+    slug = re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-")[:32] or "cpu"
+    return f"{slug}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
+
+
+def target_name(target: str, threads: int) -> str:
+    """The tuning database's target column: device, thread count and machine kind."""
+    return f"{target}-t{threads}@{machine_signature()}"
