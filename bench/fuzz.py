@@ -356,12 +356,129 @@ def _pool(m: _Model, x: str) -> str:
     return m.node(op, [x], (n, c, oh, ow), **attrs)
 
 
+def _clip_where(m: _Model, x: str) -> str:
+    shape = m.shapes[x]
+    kind = m.rng.random()
+    if kind < 0.4:
+        lo, hi = sorted(float(v) for v in m.rng.uniform(-1.5, 1.5, 2))
+        return m.node("Clip", [x, m.const(np.float32(lo)), m.const(np.float32(hi))], shape)
+    if kind < 0.7:  # Where on a data-dependent condition
+        y = m.weights(_broadcastable(m.rng, shape))
+        c = m.node(str(m.rng.choice(["Greater", "Less", "GreaterOrEqual"])), [x, y], shape)
+        m.shapes.pop(c)
+        return m.node("Where", [c, x, m.weights(_broadcastable(m.rng, shape))], shape)
+    op = str(m.rng.choice(["Sum", "Mean", "Max", "Min"]))  # variadic
+    ins = [x] + [m.weights(_broadcastable(m.rng, shape)) for _ in range(int(m.rng.integers(1, 3)))]
+    return m.node(op, ins, shape)
+
+
+def _expand_tile(m: _Model, x: str) -> str:
+    shape = m.shapes[x]
+    if m.rng.random() < 0.5:
+        ones = [d for d, n in enumerate(shape) if n == 1]
+        if not ones:
+            x = m.node("Unsqueeze", [x, m.ints([0])], (1,) + tuple(shape)) if len(shape) < 4 else x
+            shape = m.shapes[x]
+        new = [int(m.rng.integers(1, 4)) if n == 1 else n for n in shape]
+        return m.node("Expand", [x, m.ints(new)], new)
+    reps = [int(m.rng.integers(1, 3)) for _ in shape]
+    return m.node("Tile", [x, m.ints(reps)], [n * r for n, r in zip(shape, reps)])
+
+
+def _gather(m: _Model, x: str) -> str:
+    shape = m.shapes[x]
+    axis = int(m.rng.integers(0, len(shape)))
+    n = shape[axis]
+    if m.rng.random() < 0.3 and len(shape) >= 2:  # GatherElements with constant indices
+        ishape = list(shape)
+        ishape[axis] = int(m.rng.integers(1, n + 2))
+        idx = m.rng.integers(-n, n, size=ishape)
+        return m.node("GatherElements", [x, m.ints(idx)], ishape, axis=axis)
+    ishape = [int(v) for v in m.rng.choice([1, 2, 3], size=int(m.rng.integers(0, 3)))]
+    idx = m.rng.integers(-n, n, size=ishape) if ishape else np.int64(m.rng.integers(-n, n))
+    out = list(shape[:axis]) + ishape + list(shape[axis + 1:])
+    if len(out) == 0 or len(out) > 5:
+        return _unary(m, x)
+    return m.node("Gather", [x, m.ints(idx)], out, axis=axis)
+
+
+def _split(m: _Model, x: str) -> str:
+    shape = m.shapes[x]
+    axis = int(m.rng.integers(0, len(shape)))
+    n = shape[axis]
+    if n < 2:
+        return _transpose(m, x)
+    cut = int(m.rng.integers(1, n))
+    outs = [m.name("split_"), m.name("split_")]
+    m.nodes.append(helper.make_node("Split", [x, m.ints([cut, n - cut])], outs, axis=axis))
+    m.ops["Split"] += 1
+    for o, k in zip(outs, (cut, n - cut)):
+        sh = list(shape)
+        sh[axis] = k
+        m.shapes[o] = tuple(sh)
+    return outs[int(m.rng.integers(0, 2))]
+
+
+def _space(m: _Model, x: str) -> str:
+    n, c, h, w = m.shapes[x]
+    kind = m.rng.random()
+    if kind < 0.3 and h % 2 == 0 and w % 2 == 0:
+        return m.node("SpaceToDepth", [x], (n, 4 * c, h // 2, w // 2), blocksize=2)
+    if kind < 0.6 and c % 4 == 0:
+        return m.node("DepthToSpace", [x], (n, c // 4, 2 * h, 2 * w), blocksize=2,
+                      mode=str(m.rng.choice(["DCR", "CRD"])))
+    if kind < 0.8:  # nearest resize by an integer factor
+        f = int(m.rng.integers(1, 3))
+        return m.node("Resize", [x, "", m.const(np.array([1, 1, f, f], dtype=np.float32))], (n, c, h * f, w * f),
+                      mode="nearest")
+    k = int(m.rng.integers(1, 3))
+    s = int(m.rng.integers(1, 3))
+    out_c = int(m.rng.integers(1, 4))
+    oh, ow = (h - 1) * s + k, (w - 1) * s + k
+    return m.node("ConvTranspose", [x, m.weights((c, out_c, k, k), 0.5)], (n, out_c, oh, ow), kernel_shape=[k, k],
+                  strides=[s, s])
+
+
+def _misc(m: _Model, x: str) -> str:
+    shape = m.shapes[x]
+    r = len(shape)
+    kind = m.rng.random()
+    if kind < 0.25:
+        axis = int(m.rng.integers(0, r))
+        return m.node("CumSum", [x, m.ints(np.int64(axis))], shape, reverse=int(m.rng.integers(0, 2)),
+                      exclusive=int(m.rng.integers(0, 2)))
+    if kind < 0.45:  # ArgMax/ArgMin, back to float
+        op = str(m.rng.choice(["ArgMax", "ArgMin"]))
+        axis = int(m.rng.integers(0, r))
+        keep = int(m.rng.integers(0, 2)) if r > 1 else 1
+        out = [1 if d == axis else n for d, n in enumerate(shape)] if keep else [n for d, n in enumerate(shape) if d != axis]
+        a = m.node(op, [x], out, axis=axis, keepdims=keep)
+        m.shapes.pop(a)
+        return m.node("Cast", [a], out, to=TensorProto.FLOAT)
+    if kind < 0.6 and r >= 2:
+        return m.node("Trilu", [x, m.ints(np.int64(int(m.rng.integers(-1, 2))))], shape, upper=int(m.rng.integers(0, 2)))
+    if kind < 0.75:
+        op = str(m.rng.choice(["Sin", "Cos", "Shrink", "ThresholdedRelu", "Mish", "Hardmax"]))
+        attrs = {"axis": int(m.rng.integers(-r, r))} if op == "Hardmax" else {}
+        return m.node(op, [x], shape, **attrs)
+    if kind < 0.9 and r >= 2:
+        return m.node("LpNormalization", [x], shape, axis=int(m.rng.integers(-r, r)), p=int(m.rng.choice([1, 2])))
+    if r == 2:  # a contraction with a weight: ij,jk->ik
+        k = int(m.rng.integers(1, 6))
+        return m.node("Einsum", [x, m.weights((shape[1], k), 0.5)], [shape[0], k], equation="ij,jk->ik")
+    if r == 3:
+        return m.node("Einsum", [x], [shape[0], shape[2], shape[1]], equation="bij->bji")
+    return _transpose(m, x)
+
+
 # family -> (builder, rank needed (None: any), weight)
 FAMILIES = {
     "unary": (_unary, None, 3), "binary": (_binary, None, 3), "reduce": (_reduce, None, 2),
     "softmax": (_softmax, None, 1), "norm": (_norm, None, 1), "transpose": (_transpose, None, 1),
     "reshape": (_reshape, None, 1), "slice": (_slice, None, 1), "concat": (_concat, None, 1),
     "pad": (_pad, None, 1), "matmul": (_matmul, None, 2), "conv": (_conv, 4, 2), "pool": (_pool, 4, 1),
+    "clip_where": (_clip_where, None, 1), "expand_tile": (_expand_tile, None, 1), "gather": (_gather, None, 1),
+    "split": (_split, None, 1), "space": (_space, 4, 1), "misc": (_misc, None, 1),
 }
 
 
@@ -369,11 +486,14 @@ def model_for(seed: int, max_ops: int = 6) -> tuple[onnx.ModelProto, dict[str, n
     """A random valid model, its random feeds, and the ONNX ops it uses; all from ``seed``."""
     rng = np.random.default_rng(seed)
     m = _Model(rng)
+    big = rng.random() < 0.25  # dims around the code generator's block sizes (15/16/17, 31..33)
+    dim = (lambda: int(rng.choice([15, 16, 17, 31, 33]))) if big else (lambda: int(rng.integers(1, 7)))
     if rng.random() < 0.5:  # an image-like input for conv / pool
-        shapes = [(1, int(rng.integers(1, 5)), int(rng.integers(3, 9)), int(rng.integers(3, 9)))]
+        hw = (lambda: int(rng.choice([15, 16, 17]))) if big else (lambda: int(rng.integers(3, 9)))
+        shapes = [(1, int(rng.integers(1, 5)), hw(), hw())]
     else:
         r = int(rng.integers(2, 5))
-        shapes = [tuple(int(rng.integers(1, 7)) for _ in range(r))]
+        shapes = [tuple(dim() if k >= r - 2 else int(rng.integers(1, 4)) for k in range(r))]
     if rng.random() < 0.3:
         shapes.append(_broadcastable(rng, shapes[0]) or shapes[0])
     for k, s in enumerate(shapes):
@@ -389,7 +509,7 @@ def model_for(seed: int, max_ops: int = 6) -> tuple[onnx.ModelProto, dict[str, n
             fam = names[int(rng.choice(len(names), p=weights / weights.sum()))]
             fn, rank, _ = FAMILIES[fam]
             x = m.pick(rank)
-            if x is None or int(np.prod(m.shapes[x])) > 4096 or int(np.prod(m.shapes[x])) == 0:
+            if x is None or int(np.prod(m.shapes[x])) > 8192 or int(np.prod(m.shapes[x])) == 0:
                 continue
             made.append(fn(m, x))
             break
@@ -453,6 +573,7 @@ def check_seed(seed: int, strategies=STRATEGIES, db: str | None = None, max_ops:
     import kernorch
 
     model, feeds, ops = model_for(seed, max_ops)
+    threads = (1, 2, 3)[seed % 3]  # schedules depend on the thread count
     res = Result(seed, ops)
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -465,12 +586,12 @@ def check_seed(seed: int, strategies=STRATEGIES, db: str | None = None, max_ops:
     db = db or os.path.join(tempfile.mkdtemp(prefix="kn-fuzz-"), "db.sqlite")
     for s in strategies:
         try:
-            cm = kernorch.compile(model, strategy=s, cost="model", db=db, progress=False, threads=1)
+            cm = kernorch.compile(model, strategy=s, cost="model", db=db, progress=False, threads=threads)
             got = cm.run(feeds)
             for name, w in zip(cm.output_names, want):
                 why = mismatch(w, got[name].numpy())
                 if why:
-                    res.failures.append((s, f"mismatch: output {name}: {why}"))
+                    res.failures.append((s, f"mismatch: output {name}: {why} ({threads} threads)"))
         except Exception as e:  # noqa: BLE001 - every exception is a finding
             what = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             if verbose:
