@@ -31,6 +31,16 @@ def add_db_commands(sub, add_model_args) -> None:
         q = dsub.add_parser(name, help=helptext, description=helptext)
         q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
         q.set_defaults(func=cmd_db_stats if name == "stats" else cmd_db_check)
+    for name, helptext, arg in (
+            ("export", "write every record to a JSON-lines file", "OUT"),
+            ("import", "merge the records of a JSON-lines export into the database", "FILE"),
+            ("merge", "merge other tuning databases into the database", "OTHER")):
+        q = dsub.add_parser(name, help=helptext, description=helptext + " (conflicts: the more trustworthy "
+                            "record wins, then the newer; prices stay keyed by the machine kind they were "
+                            "measured on)")
+        q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+        q.add_argument("paths", metavar=arg, nargs=1 if name != "merge" else "+")
+        q.set_defaults(func=cmd_db_transfer, action=name)
     q = dsub.add_parser("retune", help="re-measure the suspicious prices MODEL's compile reaches",
                         description="Compile MODEL with the suspicious prices of its target distrusted, so each "
                                     "one it reaches is measured again; print each price before and after. Give "
@@ -103,6 +113,29 @@ def cmd_db_check(args) -> int:
                   f"{row.record.seconds * 1e3:>10.4f}  {why}")
         print("re-measure them with: kernorch db retune MODEL --db FILE (with the options MODEL was compiled with)")
     return 1
+
+
+def cmd_db_transfer(args) -> int:
+    from kernorch.orchestrate.db_merge import export_rows, merge_rows, read_rows
+    from kernorch.orchestrate.tuning_db import TuningDB, default_path
+
+    if args.action == "export":
+        with _open(args.db) as db:
+            n = export_rows(db, args.paths[0])
+        print(f"exported {n} records from {db.path} to {args.paths[0]}")
+        return 0
+    with TuningDB(args.db or default_path()) as db:
+        for path in args.paths:
+            if not Path(path).exists():
+                raise KernorchError(f"{path} does not exist")
+            if args.action == "import":
+                c = merge_rows(db, read_rows(path))
+            else:
+                with TuningDB(path) as other:
+                    c = merge_rows(db, list(other.rows()))
+            print(f"{path}: {c.added} records added, {c.replaced} replaced by better ones, {c.kept} kept")
+        print(f"{db.path}: {db.count()} records")
+    return 0
 
 
 def cmd_db_retune(args) -> int:

@@ -46,15 +46,17 @@ def doubt(rec: Record) -> str | None:
     return "; ".join(why) or None
 
 
+def rank(rec: Record) -> tuple:
+    """Smaller is more trustworthy: a price before a failure, a settled price before an unsettled
+    one, then the cheaper (interference only ever inflates a price)."""
+    if not rec.ok:
+        return (2, 0.0)
+    return (1 if UNSETTLED in rec.flag_set else 0, rec.seconds)
+
+
 def better(a: Record, b: Record) -> Record:
-    """The more trustworthy of two attempts of one provider at one kernel: a price over a
-    failure, a settled price over an unsettled one, then the cheaper."""
-    if a.ok != b.ok:
-        return a if a.ok else b
-    if not a.ok:
-        return b
-    rank_a, rank_b = (UNSETTLED in a.flag_set, a.seconds), (UNSETTLED in b.flag_set, b.seconds)
-    return a if rank_a <= rank_b else b
+    """The more trustworthy of two attempts of one provider at one kernel (``a`` on a tie)."""
+    return a if rank(a) <= rank(b) else b
 
 
 def merge(old: dict[str, Record], new: dict[str, Record]) -> dict[str, Record]:

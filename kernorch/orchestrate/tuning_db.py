@@ -139,15 +139,16 @@ class TuningDB:
                 out.setdefault(k, {})[rest[0]] = Record(*rest)
         return out
 
-    def put(self, key: str, target: str, version: str, record: Record) -> None:
-        """Store one measurement in its own transaction (durable before the next kernel starts)."""
+    def put(self, key: str, target: str, version: str, record: Record, created: float | None = None) -> None:
+        """Store one measurement in its own transaction (durable before the next kernel starts);
+        ``created`` keeps the time of a measurement taken elsewhere (merges)."""
         values = [getattr(record, c) for c in COLUMNS]
         try:
             with self._conn:
                 self._conn.execute(
                     f"INSERT OR REPLACE INTO costs (key, target, version, created, {_SELECT}) "
                     f"VALUES (?, ?, ?, ?, {', '.join('?' * len(COLUMNS))})",
-                    (key, target, version, time.time(), *values))
+                    (key, target, version, time.time() if created is None else created, *values))
         except sqlite3.Error as e:
             raise TuningDBError(f"tuning database {self.path}: {_why(e)}") from None
         self.distrusted.discard(key)
@@ -160,6 +161,11 @@ class TuningDB:
         for key, target, version, created, *rest in self._query(
                 f"SELECT key, target, version, created, {_SELECT} FROM costs ORDER BY created"):
             yield Row(key, target, version, created, Record(*rest))
+
+    def find(self, key: str, target: str, version: str, provider: str) -> Row | None:
+        got = self._query(f"SELECT created, {_SELECT} FROM costs WHERE key=? AND target=? AND version=? "
+                          f"AND provider=?", (key, target, version, provider))
+        return Row(key, target, version, got[0][0], Record(*got[0][1:])) if got else None
 
     def count(self) -> int:
         return self._query("SELECT COUNT(*) FROM costs")[0][0]
