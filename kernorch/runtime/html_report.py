@@ -50,6 +50,14 @@ def layout(model) -> dict[str, Any]:
     depth: dict[int, int] = {}
     for p in g.prims:  # topological order
         depth[p.output] = 1 + max((depth[v] for v in p.inputs if v in depth), default=-1)
+    consumers: dict[int, list[int]] = {}
+    for p in g.prims:
+        for v in dict.fromkeys(p.inputs):
+            if v in produced:
+                consumers.setdefault(v, []).append(p.output)
+    for p in reversed(g.prims):  # prims that read only inputs and weights sit just above their first reader
+        if not any(v in produced for v in p.inputs) and p.output in consumers:
+            depth[p.output] = max(0, min(depth[c] for c in consumers[p.output]) - 1)
     nodes, cols = [], Counter()
     for p in g.prims:
         if p.output not in owner:
