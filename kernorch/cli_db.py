@@ -22,6 +22,19 @@ BUSY_LOAD = 0.5
 def add_db_commands(sub, add_model_args) -> None:
     from kernorch.cli import positive_int
 
+    q = sub.add_parser("tune", help="measure what compiling the models would measure, without building",
+                       description="Fill the tuning database for MODEL(s) (what `compile` would measure), here or "
+                                   "on a Ray cluster (--ray), without building compiled models.")
+    q.add_argument("models", metavar="MODEL", nargs="+", help="paths to .onnx files")
+    q.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[],
+                   help="pin a dynamic input dimension (repeatable; applies to every model)")
+    q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+    q.add_argument("--threads", type=positive_int, help="CPU threads of the kernels (default: all)")
+    q.add_argument("--providers", metavar="NAMES", help="external kernel providers, as for compile")
+    q.add_argument("--no-regions", action="store_true", help="as for compile")
+    q.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster ('auto', host:port or ray://...)")
+    q.set_defaults(func=cmd_tune)
+
     db = sub.add_parser("db", help="inspect and repair the tuning database",
                         description="Inspect the tuning database (measured kernel prices) and re-measure "
                                     "suspicious prices.")
@@ -135,6 +148,23 @@ def cmd_db_transfer(args) -> int:
                     c = merge_rows(db, list(other.rows()))
             print(f"{path}: {c.added} records added, {c.replaced} replaced by better ones, {c.kept} kept")
         print(f"{db.path}: {db.count()} records")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from kernorch.cli import parse_input_shapes
+    from kernorch.orchestrate.cluster import cluster_from
+    from kernorch.runtime.compile import tune
+
+    kw = {} if args.providers is None else {"providers": tuple(p for p in args.providers.split(",") if p)}
+    shapes = parse_input_shapes(args.input_shape) or None
+    # One set of workers for every model.
+    with cluster_from(None if args.ray is None else f"ray:{args.ray}") as cluster:
+        for model in args.models:
+            rep = tune(model, db=args.db, input_shapes=shapes, threads=args.threads, regions=not args.no_regions,
+                       cluster=cluster, **kw)
+            print(f"{model}: {rep.measured} kernels measured, {rep.cached} from the database, {rep.failed} "
+                  f"rejected, {rep.seconds['total']:.1f} s" + (f"; {rep.timing_note()}" if rep.timing_note() else ""))
     return 0
 
 

@@ -42,6 +42,8 @@ def add_commands(sub, add_model_args) -> None:
                         "own kernels only; default ort,openvino,torch)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
+    q.add_argument("--ray", metavar="ADDRESS", help="measure candidates on a Ray cluster ('auto', host:port or "
+                                                    "ray://...; needs the 'ray' extra)")
     q.add_argument("--require-quiet", action="store_true",
                    help="wait for free cores before tuning and fail rather than store prices disturbed by other "
                         "processes")
@@ -147,7 +149,8 @@ def _compile(args, shapes, out: Path) -> int:
     t0 = t_start = time.perf_counter()
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
-                             regions=not args.no_regions, require_quiet=args.require_quiet, **kw)
+                             regions=not args.no_regions, require_quiet=args.require_quiet,
+                             cluster=None if args.ray is None else f"ray:{args.ray}", **kw)
     secs = time.perf_counter() - t0
     try:
         model.save(out)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from kernorch.errors import KernorchError
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.tuning_db import Record
+from kernorch.providers.timing import usable_cores
 
 CRASHES_TO_FAIL = 2  # deaths of a worker while measuring one candidate alone
 RAY_EXTRA = "the Ray cluster needs the 'ray' extra: pip install 'kernorch[ray]'"
@@ -86,9 +87,13 @@ class RayTuning:
     batch: int = 8
     timer_factory: Callable | None = None  # tests: a deterministic timer on every worker
     worker_cls: type = TuningWorker
+    # Pin worker k to core k (mod the cores here): several nodes on one machine (a local demo)
+    # then never share a core. Leave off on a real cluster: a worker holds its whole node.
+    pin_cores: bool = False
     workers: list = field(default_factory=list, init=False)
     rejected: list[str] = field(default_factory=list, init=False)
     pids: list[int] = field(default_factory=list, init=False)  # the workers' first processes
+    measured_by: collections.Counter = field(default_factory=collections.Counter, init=False)  # per worker
 
     def connect(self) -> RayTuning:
         ray = import_ray()
@@ -108,13 +113,14 @@ class RayTuning:
 
         remote = ray.remote(self.worker_cls)
         started = []
+        cores = usable_cores()
         for node in ray.nodes():
             cpus = int(node.get("Resources", {}).get("CPU", 0))
             if not node.get("Alive") or cpus < 1:
                 continue
             actor = remote.options(num_cpus=cpus, max_restarts=-1, max_task_retries=0,
                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-                                   ).remote()
+                                   ).remote([len(started) % cores] if self.pin_cores else None)
             started.append(actor)
         sigs = ray.get([a.signature.remote() for a in started])
         for actor, (sig, pid, host) in zip(started, sigs):
@@ -185,6 +191,7 @@ class RayTuning:
                 continue
             idle.append(worker)
             measured.stats.add(stats)
+            self.measured_by[self.workers.index(worker)] += len(results)
             for key, recs in results.items():
                 done += 1
                 if measured.progress:
@@ -203,6 +210,9 @@ def cluster_from(spec) -> Iterator[RayTuning | None]:
     RayTuning: workers started for the compile and stopped after it."""
     if spec is None:
         yield None
+        return
+    if isinstance(spec, RayTuning) and spec.workers:  # already started by the caller, who stops it
+        yield spec
         return
     if isinstance(spec, RayTuning):
         tuning = spec
