@@ -65,6 +65,11 @@ class Provider:
         """Compile the candidate; raise ``ProviderError`` (or anything) on failure."""
         raise NotImplementedError
 
+    def saved_state(self, built: BuiltKernel) -> dict:
+        """What a saved model stores of ``built`` (default: its ``state``); ``load`` gets it back
+        with the graph, so a provider may leave out what the graph holds (its weights)."""
+        return built.state
+
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """Rebuild a saved kernel from its ``BuiltKernel.state`` (read from a file: check what
         it holds). By default the kernel is built again from its prims."""

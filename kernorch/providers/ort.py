@@ -40,6 +40,9 @@ class OrtProvider(Provider):
         k = export(g, members, outputs, bake_constants=self.bake_constants)
         return self._kernel(k, k.model.SerializeToString())
 
+    def saved_state(self, built: BuiltKernel) -> dict:
+        return without_weights(built.state)
+
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """A saved kernel: its ONNX model, checked, in a new session (nothing is exported)."""
         return OrtProvider(self.threads, self.bake_constants, bool(state.get("spin")))._kernel(
@@ -67,6 +70,33 @@ def onnx_state(k: OnnxKernel, model: bytes, **settings) -> dict:
             "output_names": list(k.output_names), "baked": sorted(k.baked), "views": dict(k.views)}
 
 
+def without_weights(state: dict) -> dict:
+    """The state with the baked graph constants taken out of its ONNX model (they are the saved
+    graph's weights): each as (position among the initializers, value id)."""
+    import onnx
+
+    model = onnx.load_model_from_string(state["onnx"])
+    inits = model.graph.initializer
+    names = {f"v{v}": v for v in state["baked"]}  # to_onnx names a baked constant %v "v{v}"
+    taken = [[i, names[t.name]] for i, t in enumerate(inits) if t.name in names]
+    for i, _ in reversed(taken):
+        del inits[i]
+    return {**state, "onnx": model.SerializeToString(), "weights_taken": taken}
+
+
+def _with_weights(g: Graph, model, taken: list) -> None:
+    """Put the constants ``without_weights`` took out back, where they were (same bytes)."""
+    from onnx import numpy_helper
+
+    inits = model.graph.initializer
+    for i, v in taken:
+        i, v = int(i), int(v)
+        if v not in g.constants or not 0 <= i <= len(inits):
+            raise ProviderError(f"the saved ONNX model wants weight %{v}, which the graph lacks")
+        t = numpy_helper.from_array(np.ascontiguousarray(g.constants[v]), f"v{v}")
+        inits.insert(i, t)
+
+
 def onnx_from_state(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId],
                     state: dict) -> tuple[OnnxKernel, bytes]:
     """The inverse of ``onnx_state``, checked against the graph: the kernel's inputs and outputs
@@ -83,6 +113,9 @@ def onnx_from_state(g: Graph, members: Iterable[ValueId], outputs: Sequence[Valu
         raise ProviderError(f"the saved ONNX model cannot be parsed ({type(e).__name__})") from None
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(model)):
         raise ProviderError("the saved ONNX model refers to external data files")
+    if state.get("weights_taken"):
+        _with_weights(g, model, list(state["weights_taken"]))
+        data = model.SerializeToString()
     sub = g.subgraph(set(members), list(outputs))
     ins, outs = [int(v) for v in state["inputs"]], [int(v) for v in state["outputs"]]
     feeds, names = list(state["feeds"]), [str(n) for n in state["output_names"]]

@@ -16,7 +16,7 @@ import torch
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
-from kernorch.providers.ort import _views_detail, onnx_from_state, onnx_state
+from kernorch.providers.ort import _views_detail, onnx_from_state, onnx_state, without_weights
 from kernorch.providers.to_onnx import OnnxKernel, export, unsupported
 
 _CORE = None
@@ -58,6 +58,9 @@ class OpenVinoProvider(Provider):
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
         k = export(g, members, outputs, bake_constants=self.bake_constants)
         return self._kernel(g, k, k.model.SerializeToString())
+
+    def saved_state(self, built: BuiltKernel) -> dict:
+        return without_weights(built.state)
 
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """A saved kernel: its ONNX model, checked, compiled again by OpenVINO (nothing is exported)."""

@@ -167,7 +167,8 @@ def _kernel_record(kern, w: saved.Writer) -> dict:
                 "workspace": kern.spec.workspace, "key": kern.spec.key,
                 "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
     if isinstance(kern, ProviderKernel):
-        return {"kind": "provider", "provider": kern.provider, "state": w.state(kern.built.state)}
+        prov = _provider(kern.provider, kern.built.state["threads"])
+        return {"kind": "provider", "provider": kern.provider, "state": w.state(prov.saved_state(kern.built))}
     if isinstance(kern, LinearKernel):
         return {"kind": "linear"}
     if isinstance(kern, OpaqueKernel):
@@ -224,9 +225,18 @@ def kernel_info(d: dict) -> KernelInfo:
 
 def load_provider_kernel(g: Graph, name: Any, state: dict, members: set[int], outputs: list[int]):
     """A provider kernel rebuilt by its own provider (``Provider.load``), checked against its prims."""
+    built = _provider(name, state["threads"]).load(g, members, outputs, state)
+    sub = g.subgraph(members, outputs)
+    if list(built.inputs) != list(sub.inputs) or list(built.outputs) != list(sub.outputs):
+        raise KernorchError(f"the {name} kernel's inputs or outputs differ from its prims'")
+    return built
+
+
+def _provider(name: Any, threads: Any):
+    """The provider called ``name`` (installed), set up for ``threads``."""
     from kernorch.providers import default_providers
 
-    threads = saved.as_int(state["threads"])
+    threads = saved.as_int(threads)
     if not 1 <= threads <= 4096:
         raise KernorchError(f"implausible threads {threads}")
     prov = next((p for p in default_providers(threads) if p.name == name), None)
@@ -234,11 +244,7 @@ def load_provider_kernel(g: Graph, name: Any, state: dict, members: set[int], ou
         raise KernorchError(f"unknown kernel provider {str(name)[:20]!r}")
     if not prov.available():
         raise KernorchError(f"kernel provider {name!r} is not installed here (pip install 'kernorch[{name}]')")
-    built = prov.load(g, members, outputs, state)
-    sub = g.subgraph(members, outputs)
-    if list(built.inputs) != list(sub.inputs) or list(built.outputs) != list(sub.outputs):
-        raise KernorchError(f"the {name} kernel's inputs or outputs differ from its prims'")
-    return built
+    return prov
 
 
 def _report(d: Any):

@@ -128,6 +128,11 @@ def _set_provider(m, value):
     _kernel(m, "provider")["provider"] = value
 
 
+def _set_taken(m, value):
+    assert _kernel(m, "provider")["state"]["weights_taken"], "the ONNX model should have had its weights taken out"
+    _kernel(m, "provider")["state"]["weights_taken"] = value
+
+
 def _set_kind(m, value):
     _kernel(m, "reference")["kind"] = value
 
@@ -140,7 +145,10 @@ def _set_kind(m, value):
     (_set_attrs, {"@": "OpaqueAttrs", "op_type": "Relu", "node": "{marker}", "opset": 17}),
     (_set_provider, "os.system"),
     (_set_kind, "__import__"),
-], ids=["attrs-system", "attrs-popen", "attrs-graph", "enum-eval", "attrs-opaque", "provider-name", "kernel-kind"])
+    (_set_taken, [[10 ** 9, 0]]),
+    (_set_taken, [["__import__('os')", 0]]),
+], ids=["attrs-system", "attrs-popen", "attrs-graph", "enum-eval", "attrs-opaque", "provider-name", "kernel-kind",
+        "weights-position", "weights-eval"])
 def test_malicious_json_fields_run_nothing(copy, marker, tamper, value):
     m = _manifest(copy)
     tamper(m, json.loads(json.dumps(value).replace("{marker}", str(marker))))
