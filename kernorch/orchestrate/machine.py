@@ -45,7 +45,7 @@ def machine_signature() -> str:
         cc = _compiler_id(compiler())
     except Exception:  # noqa: BLE001 - no compiler: the providers can still measure
         cc = "no-cc"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = os.cpu_count() or 1  # the machine's, not this process's affinity (a pinned worker is the same kind)
     versions = ";".join([cc, *(f"{p}={_version(p)}" for p in VERSIONED)])
     slug = re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-")[:32] or "cpu"
     return f"{slug}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
