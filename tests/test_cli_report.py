@@ -146,3 +146,12 @@ def test_run_threads(tmp_path, compiled):
     r = kernorch(tmp_path, "run", compiled[0], "--threads", "1", "--repeat", "3", "--warmup", "0")
     assert r.returncode == 0, r.stderr
     assert re.search(r"latency: median \d+\.\d+ ms over 3 runs", r.stdout)
+
+
+def test_check_does_not_read_as_kernorch_being_slow(tmp_path):
+    """`check` printed 'interpreter 2.899 s, onnxruntime 0.143 s', read as 'kernorch is 20x slower'."""
+    r = kernorch(tmp_path, "check", EXAMPLE)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "interpreter" in ln)
+    assert re.match(r"checked +reference interpreter \d+\.\d+ s \(the NumPy oracle, not kernorch's speed: "
+                    r"`kernorch compile` times the compiled model\), onnxruntime \d+\.\d+ s$", line), line
