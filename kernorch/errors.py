@@ -31,3 +31,7 @@ class VerificationError(KernorchError):
 
 class ExportError(KernorchError):
     """A PyTorch module could not be exported to ONNX."""
+
+
+class SavedModelError(KernorchError):
+    """A saved model directory cannot be loaded: missing, truncated, tampered or of another format."""

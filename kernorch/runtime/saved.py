@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from kernorch.errors import KernorchError
+from kernorch.errors import SavedModelError
 from kernorch.ir import index, layout, prims
 from kernorch.ir.graph import Graph, TensorType, verify
 
@@ -39,10 +39,6 @@ WEIGHTS = "weights.safetensors"
 BLOBS = "blobs"
 DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
 _BLOB_NAME = re.compile(r"[0-9a-f]{64}\.[a-z]{1,8}")
-
-
-class SavedModelError(KernorchError):
-    """A saved model directory cannot be read: missing, truncated, tampered or of another format."""
 
 
 def _ir_types() -> dict[str, type]:
