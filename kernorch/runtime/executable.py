@@ -17,6 +17,7 @@ import torch
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
+from kernorch.runtime.native import NativeRun, can_run_natively
 
 
 class RuntimeKernel(Protocol):
@@ -99,6 +100,8 @@ class Executable:
         self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs))
         self._views: list[dict[int, torch.Tensor]] | None = None
         self._prog: list | None = None
+        self._native: list | None = None
+        self.native = True  # runs of C kernels in one native call (see runtime/native.py)
 
     def _arena(self) -> list[dict[int, torch.Tensor]]:
         if self._views is None:
@@ -124,9 +127,36 @@ class Executable:
             self._prog = prog
         return self._prog
 
+    def _native_program(self) -> list:
+        """The program with each run of consecutive C kernels merged into one ``NativeRun``."""
+        if self._native is None:
+            steps: list = []
+            run: list = []
+            for entry in self._program() + [None]:
+                if entry is not None and can_run_natively(entry[0]):
+                    run.append(entry)
+                    continue
+                if run:
+                    steps.append(NativeRun(run, self.types))
+                    run = []
+                if entry is not None:
+                    steps.append(entry)
+            self._native = steps
+        return self._native
+
+    def _new_output(self, v: int) -> torch.Tensor:
+        shape, dtype = self.types[v]
+        return torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+
     def run_ids(self, feeds: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Run the plan: runs of C kernels in one native call each (``native``), or every
+        kernel from the Python loop (``native = False``: debugging and per-kernel profiles)."""
         env: dict[int, torch.Tensor] = dict(feeds)
-        for kern, ins, dyn_in, outs, dyn_out in self._program():
+        for step in self._native_program() if self.native else self._program():
+            if isinstance(step, NativeRun):
+                step(env, self._new_output)
+                continue
+            kern, ins, dyn_in, outs, dyn_out = step
             if dyn_in:
                 ins = list(ins)
                 for i, v in dyn_in:
@@ -136,8 +166,7 @@ class Executable:
                 for i, v in dyn_out:
                     t = env.get(v)
                     if t is None:
-                        shape, dtype = self.types[v]
-                        t = env[v] = torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+                        t = env[v] = self._new_output(v)
                     outs[i] = t
             kern._run(ins, outs)
         return {v: env[v] for v in self.sig.graph.outputs}
