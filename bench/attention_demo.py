@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from bench import peers
+from kernorch.orchestrate.machine import cpu_model
 
 DIM, HEADS, TOKENS = 192, 3, 197
 # variant -> (bench.peers rewrite spec: () none, None DEFAULT_RULES, "all" ALL_RULES; provider regions)
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
     for name, e in errors.items():
         rows[name]["ms"] = f"failed: {e}"
     print(f"\nViT-Tiny attention block [1, {TOKENS}, {DIM}], {HEADS} heads; {args.threads} threads, "
-          f"{peers.cpu_model()}; load average {load:.1f} before timing, {os.getloadavg()[0]:.1f} after; "
+          f"{cpu_model()}; load average {load:.1f} before timing, {os.getloadavg()[0]:.1f} after; "
           f"{repeats} interleaved repetitions")
     head = ("variant", "prims", "rewrites applied", "kernels", "median ms", "min ms", "max abs err")
     table = [head] + [(n, str(r["prims"]), r["rewrites"], str(r["kernels"]), r.get("ms", "-"), r.get("min", "-"),

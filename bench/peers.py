@@ -363,20 +363,9 @@ def interleaved(runners: dict[str, Runner], repeats: int, min_sample_s: float, w
     return {n: s for n, s in samples.items() if n not in errors and s}
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def machine_info(threads: int) -> dict:
+    from kernorch.orchestrate.machine import cpu_model
+
     import onnxruntime
     import torch
 

@@ -28,10 +28,7 @@ def add_db_commands(sub, add_model_args) -> None:
     q.add_argument("models", metavar="MODEL", nargs="+", help="paths to .onnx files")
     q.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[],
                    help="pin a dynamic input dimension (repeatable; applies to every model)")
-    q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
-    q.add_argument("--threads", type=positive_int, help="CPU threads of the kernels (default: all)")
-    q.add_argument("--providers", metavar="NAMES", help="external kernel providers, as for compile")
-    q.add_argument("--no-regions", action="store_true", help="as for compile")
+    _add_tuning_args(q, positive_int)
     q.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster ('auto', host:port or ray://...)")
     q.set_defaults(func=cmd_tune)
 
@@ -42,7 +39,7 @@ def add_db_commands(sub, add_model_args) -> None:
     for name, helptext in (("stats", "size, targets, providers and age of the database"),
                            ("check", "list suspicious prices (exit status 1 when there are any)")):
         q = dsub.add_parser(name, help=helptext, description=helptext)
-        q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+        _add_db_arg(q)
         q.set_defaults(func=cmd_db_stats if name == "stats" else cmd_db_check)
     for name, helptext, arg in (
             ("export", "write every record to a JSON-lines file", "OUT"),
@@ -51,7 +48,7 @@ def add_db_commands(sub, add_model_args) -> None:
         q = dsub.add_parser(name, help=helptext, description=helptext + " (conflicts: the more trustworthy "
                             "record wins, then the newer; prices stay keyed by the machine kind they were "
                             "measured on)")
-        q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+        _add_db_arg(q)
         q.add_argument("paths", metavar=arg, nargs=1 if name != "merge" else "+")
         q.set_defaults(func=cmd_db_transfer, action=name)
     q = dsub.add_parser("retune", help="re-measure the suspicious prices MODEL's compile reaches",
@@ -60,12 +57,21 @@ def add_db_commands(sub, add_model_args) -> None:
                                     "the options the model was compiled with (--threads, --providers, "
                                     "--no-regions) so the same kernels are reached.")
     add_model_args(q)
-    q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
-    q.add_argument("--threads", type=positive_int, help="CPU threads of the prices to re-measure (default: all)")
-    q.add_argument("--providers", metavar="NAMES", help="external kernel providers, as for compile")
-    q.add_argument("--no-regions", action="store_true", help="as for compile")
+    _add_tuning_args(q, positive_int)
     q.add_argument("--require-quiet", action="store_true", help="as for compile")
     q.set_defaults(func=cmd_db_retune)
+
+
+def _add_db_arg(q) -> None:
+    q.add_argument("--db", metavar="FILE", help="tuning database (default $KERNORCH_DB or ~/.cache/kernorch)")
+
+
+def _add_tuning_args(q, positive_int) -> None:
+    """The compile options that decide which kernels are measured, and where prices go."""
+    _add_db_arg(q)
+    q.add_argument("--threads", type=positive_int, help="CPU threads of the kernels (default: all)")
+    q.add_argument("--providers", metavar="NAMES", help="external kernel providers, as for compile")
+    q.add_argument("--no-regions", action="store_true", help="as for compile")
 
 
 def suspicious(db) -> list[tuple[object, str]]:

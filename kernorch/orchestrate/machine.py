@@ -18,7 +18,8 @@ import re
 VERSIONED = ("torch", "onnxruntime", "openvino")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -47,7 +48,7 @@ def machine_signature() -> str:
         cc = "no-cc"
     cores = os.cpu_count() or 1  # the machine's, not this process's affinity (a pinned worker is the same kind)
     versions = ";".join([cc, *(f"{p}={_version(p)}" for p in VERSIONED)])
-    slug = re.sub(r"[^a-z0-9]+", "-", _cpu_model().lower()).strip("-")[:32] or "cpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower()).strip("-")[:32] or "cpu"
     return f"{slug}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
 
 
