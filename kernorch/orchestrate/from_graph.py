@@ -27,6 +27,14 @@ def prim_flops(g: Graph, p: Prim) -> float:
     return 0.0
 
 
+def _read_bytes(g: Graph, p: Prim, v: int) -> int:
+    """Bytes of ``v`` that ``p`` reads: all of it, except a gather's data (an embedding table),
+    of which it reads at most one element per output element."""
+    if p.op is Op.GATHER and v == p.inputs[0]:
+        return min(g.types[v].nbytes, g.types[p.output].nbytes)
+    return g.types[v].nbytes
+
+
 def dag_from_graph(g: Graph) -> Dag:
     produced = {p.output for p in g.prims}
     nodes, preds, kind, group, nbytes, flops, ext = [], {}, {}, {}, {}, {}, {}
@@ -38,6 +46,6 @@ def dag_from_graph(g: Graph) -> Dag:
         group[n] = p.origin or f"%{n}"
         nbytes[n] = g.types[n].nbytes
         flops[n] = prim_flops(g, p)
-        ext[n] = sum(g.types[v].nbytes for v in dict.fromkeys(p.inputs)
+        ext[n] = sum(_read_bytes(g, p, v) for v in dict.fromkeys(p.inputs)
                      if v not in produced and g.types[v].shape != ())
     return Dag(tuple(nodes), preds, frozenset(g.outputs), kind, group, nbytes, flops, ext)
