@@ -458,7 +458,7 @@ def _misc(m: _Model, x: str) -> str:
     if kind < 0.6 and r >= 2:
         return m.node("Trilu", [x, m.ints(np.int64(int(m.rng.integers(-1, 2))))], shape, upper=int(m.rng.integers(0, 2)))
     if kind < 0.75:
-        op = str(m.rng.choice(["Sin", "Cos", "Shrink", "ThresholdedRelu", "Mish", "Hardmax"]))
+        op = str(m.rng.choice(["Sin", "Cos", "Shrink", "ThresholdedRelu", "Hardmax"]))
         attrs = {"axis": int(m.rng.integers(-r, r))} if op == "Hardmax" else {}
         return m.node(op, [x], shape, **attrs)
     if kind < 0.9 and r >= 2:

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Mutation testing of the safety-critical modules with mutmut (issue 15): plant small bugs in one
+# module at a time, run only the narrow test folder that guards it, report the share of mutants
+# killed and list the survivors (each is equivalent, or needs a test).
+#
+#   bench/mutation.sh                       # every module below (long: hours on 2 cores)
+#   bench/mutation.sh ir/index.py           # one module (the path under kernorch/)
+#   MAX_CHILDREN=4 KEEP=1 bench/mutation.sh runtime/memory.py
+#
+# Runs in a temporary copy of the repository's tracked files, so nothing is written to the
+# checkout (mutmut keeps its state in <copy>/mutants; KEEP=1 keeps the copy and prints its path,
+# e.g. to run `mutmut show NAME` there). Needs `pip install mutmut` (3.x).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+# module (under kernorch/) -> the tests that guard it
+declare -A TESTS=(
+  [orchestrate/measure.py]="tests/orchestrate/test_safety_nets.py tests/orchestrate/test_trust.py"
+  [providers/base.py]="tests/orchestrate/test_safety_nets.py tests/providers/test_providers.py"
+  [providers/select.py]="tests/orchestrate/test_safety_nets.py tests/providers/test_providers.py"
+  [orchestrate/tuning_db.py]="tests/orchestrate/test_tuning_db.py tests/orchestrate/test_tuning_db_errors.py tests/orchestrate/test_safety_nets.py"
+  [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_layout.py"
+  [runtime/memory.py]="tests/runtime/test_memory.py"
+  [orchestrate/solver.py]="tests/orchestrate/test_solver.py"
+)
+ORDER=(orchestrate/measure.py providers/base.py providers/select.py orchestrate/tuning_db.py ir/index.py
+       runtime/memory.py orchestrate/solver.py)
+MODULES=("$@")
+[ ${#MODULES[@]} -eq 0 ] && MODULES=("${ORDER[@]}")
+command -v mutmut >/dev/null || { echo "mutmut is not installed: pip install mutmut" >&2; exit 2; }
+
+status=0
+for mod in "${MODULES[@]}"; do
+  tests=${TESTS[$mod]:-}
+  [ -n "$tests" ] || { echo "unknown module $mod; choose from: ${ORDER[*]}" >&2; exit 2; }
+  work=$(mktemp -d -t kn-mutation-XXXXXX)
+  git ls-files -z | xargs -0 cp --parents -t "$work"
+  sel=$(printf '"%s", ' $tests)
+  cat >> "$work/pyproject.toml" <<EOF
+
+[tool.mutmut]
+source_paths = ["kernorch/$mod"]
+pytest_add_cli_args_test_selection = [${sel%, }]
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
+also_copy = ["examples", "bench"]
+EOF
+  echo "== kernorch/$mod  (tests: $tests)"
+  (
+    cd "$work"
+    export KERNORCH_CACHE_DIR="$work/.build" KERNORCH_DB="$work/.tuning.sqlite"
+    mutmut run --max-children "${MAX_CHILDREN:-2}" >"$work/run.log" 2>&1 || true
+    mutmut export-cicd-stats >/dev/null 2>&1 || true
+    python - "$mod" <<'EOF'
+import json, subprocess, sys
+from pathlib import Path
+p = Path("mutants/mutmut-cicd-stats.json")
+if not p.exists():
+    print("   no results (see run.log)"); sys.exit(0)
+s = json.loads(p.read_text())
+killed, total = s.get("killed", 0), s.get("total", 0)
+tested = total - s.get("skipped", 0) - s.get("not_checked", 0)
+print(f"   {killed}/{tested} mutants killed ({100 * killed / max(tested, 1):.1f}%); "
+      + ", ".join(f"{k} {v}" for k, v in s.items() if k not in ("killed", "total") and v))
+out = subprocess.run(["mutmut", "results"], capture_output=True, text=True).stdout
+for line in out.splitlines():
+    if line.strip() and ":" in line:
+        print("   survivor:", line.strip())
+EOF
+  )
+  if [ -n "${KEEP:-}" ]; then echo "   kept: $work"; else rm -rf "$work"; fi
+done
+exit $status
