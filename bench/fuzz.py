@@ -11,8 +11,9 @@ counted as such, not as a kernorch failure. Each accepted model is compiled with
 (cost="model": no timing) and its outputs compared with onnxruntime's on random inputs (max error
 relative to max(1, max |reference|) <= TOLERANCE, NaN where onnxruntime has NaN).
 
-Prints one line per failure (seed, strategy, what) and a summary: models generated, ops covered,
-mismatches, errors. A failure is reproduced by ``--seed S --models 1 --verbose``; the seed-pinned
+Models run in a worker process, so a kernel that crashes the process (a segfault) is reported as
+a crash of its seed and the run goes on. Prints one line per failure (seed, strategy, what) and a
+summary: models generated, ops covered, mismatches, errors, crashes. A failure is reproduced by ``--seed S --models 1 --verbose``; the seed-pinned
 subset in tests/e2e/test_fuzz.py runs in the suite, and every failure found becomes a regression
 test there.
 """
@@ -600,7 +601,25 @@ def check_seed(seed: int, strategies=STRATEGIES, db: str | None = None, max_ops:
     return res
 
 
+def _worker(args) -> int:
+    """Check seeds from ``args.seed`` on, one JSON line per seed (after a ``BEGIN`` line), until
+    killed: the parent survives a kernel that crashes the process and blames the seed in flight."""
+    import json
+
+    db = os.path.join(tempfile.mkdtemp(prefix="kn-fuzz-"), "db.sqlite")
+    seed = args.seed
+    while True:
+        print(f"BEGIN {seed}", flush=True)
+        res = check_seed(seed, tuple(args.strategies.split(",")), db, args.ops, args.verbose)
+        print(json.dumps({"seed": seed, "valid": res.valid, "reason": res.reason, "ops": dict(res.ops),
+                          "failures": res.failures}), flush=True)
+        seed += 1
+
+
 def main(argv=None) -> int:
+    import json
+    import subprocess
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=None, help="run for this long (default: --models)")
     ap.add_argument("--models", type=int, default=20, help="number of models when --minutes is not given")
@@ -608,36 +627,70 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--ops", type=int, default=6, help="most op families drawn per model")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        return _worker(args)
     strategies = tuple(args.strategies.split(","))
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
-    db = os.path.join(tempfile.mkdtemp(prefix="kn-fuzz-"), "db.sqlite")
     covered: collections.Counter = collections.Counter()
-    generated = invalid = failed_models = mismatches = errors = 0
+    generated = invalid = failed_models = mismatches = errors = crashes = 0
     t0 = time.monotonic()
     seed = args.seed
-    while (time.monotonic() < deadline) if deadline else (generated < args.models):
-        res = check_seed(seed, strategies, db, args.ops, args.verbose)
-        generated += 1
-        if not res.valid:
-            invalid += 1
-            if args.verbose:
-                print(f"seed {seed}: generator produced an invalid model: {res.reason}", flush=True)
-        else:
-            covered.update(res.ops)
-            failed_models += bool(res.failures)
-            for s, what in res.failures:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def start(first: int):
+        cmd = [sys.executable, "-X", "faulthandler", "-m", "bench.fuzz", "--worker", "--seed", str(first),
+               "--strategies", ",".join(strategies), "--ops", str(args.ops)] + (["--verbose"] if args.verbose else [])
+        err = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=root)
+        return proc, err
+
+    proc, err = start(seed)
+    try:
+        while (time.monotonic() < deadline) if deadline else (generated < args.models):
+            line = proc.stdout.readline()
+            if not line:  # the worker died on the seed in flight: a crash (segfault, abort, ...)
+                proc.wait()
+                err.seek(0)
+                tail = [ln for ln in err.read().splitlines() if ln.strip()][-12:]
+                generated += 1
+                crashes += 1
+                failed_models += 1
+                print(f"FAIL seed {seed} crash: worker exited with {proc.returncode}\n    " + "\n    ".join(tail), flush=True)
+                seed += 1
+                proc, err = start(seed)
+                continue
+            if line.startswith("BEGIN "):
+                seed = int(line.split()[1])
+                continue
+            if not line.startswith("{"):
+                if args.verbose:
+                    print(line, end="")
+                continue
+            res = json.loads(line)
+            generated += 1
+            if not res["valid"]:
+                invalid += 1
+                if args.verbose:
+                    print(f"seed {res['seed']}: generator produced an invalid model: {res['reason']}", flush=True)
+                continue
+            covered.update(res["ops"])
+            failed_models += bool(res["failures"])
+            for s, what in res["failures"]:
                 mismatches += what.startswith("mismatch")
                 errors += what.startswith("error")
-                print(f"FAIL seed {seed} {s}: {what} (ops: {', '.join(sorted(res.ops))})", flush=True)
-        seed += 1
+                print(f"FAIL seed {res['seed']} {s}: {what} (ops: {', '.join(sorted(res['ops']))})", flush=True)
+    finally:
+        proc.kill()
+        proc.wait()
     minutes = (time.monotonic() - t0) / 60
     print(f"\nmodels generated: {generated} ({generated - invalid} valid, {invalid} invalid) in {minutes:.1f} min, "
-          f"seeds {args.seed}..{seed - 1}")
+          f"seeds {args.seed}..{seed}")
     print(f"ops covered: {len(covered)}: " + ", ".join(f"{k} {v}" for k, v in sorted(covered.items())))
     print(f"strategies: {', '.join(strategies)}")
-    print(f"mismatches: {mismatches}, errors: {errors}, models failing: {failed_models}")
-    return 1 if (mismatches or errors) else 0
+    print(f"mismatches: {mismatches}, errors: {errors}, crashes: {crashes}, models failing: {failed_models}")
+    return 1 if (mismatches or errors or crashes) else 0
 
 
 if __name__ == "__main__":
