@@ -73,42 +73,47 @@ def test_wrong_input_shape_names_the_input(tmp_path):
 
 TUNER = """
 import sys
+import time
 import kernorch
+from kernorch.orchestrate import tuning_db
+
+put, stored = tuning_db.TuningDB.put, []
+
+
+def put_then_stall(self, *args, **kwargs):
+    put(self, *args, **kwargs)
+    stored.append(1)
+    if len(stored) == 5:  # mid-tuning, five measurements committed: the parent kills us here
+        print("ready", flush=True)
+        time.sleep(600)
+
+
+tuning_db.TuningDB.put = put_then_stall
 kernorch.compile(sys.argv[1], db=sys.argv[2], progress=False)
 """
 
 
 def test_sigkill_during_tuning_leaves_a_usable_database(tmp_path):
-    """A tuning run killed midway keeps what it measured; the next run reuses it and finishes."""
+    """A tuning run killed midway keeps what it measured; the next run reuses it and finishes.
+    The tuner stalls after its fifth stored measurement, so the kill always lands mid-run (never
+    skipped because tuning happened to be fast)."""
     import os
     import signal
     import sqlite3
     import subprocess
     import sys
-    import time
 
     db = tmp_path / "killed.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", TUNER, str(EXAMPLE), str(db)])
-    deadline = time.time() + 120
-    rows = 0
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-        if db.exists():
-            try:
-                with sqlite3.connect(db, timeout=1) as c:
-                    rows = c.execute("SELECT COUNT(*) FROM costs").fetchone()[0]
-            except sqlite3.Error:
-                rows = 0
-            if rows >= 20:
-                break
-    if proc.poll() is not None:
-        pytest.skip("the tuning run finished before it could be killed")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc = subprocess.Popen([sys.executable, "-c", TUNER, str(EXAMPLE), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", "the tuning run ended before storing 5 measurements"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        kept = c.execute("SELECT COUNT(DISTINCT key) FROM costs").fetchone()[0]
-    assert kept >= 1
+        kept = c.execute("SELECT COUNT(*) FROM costs").fetchone()[0]
+    assert kept == 5
     model = kernorch.compile(EXAMPLE, db=db, progress=False)
     assert model.report.cached >= 1          # what the killed run measured is reused
     feeds = _feeds(3)
