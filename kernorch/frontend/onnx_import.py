@@ -20,6 +20,7 @@ from kernorch.errors import DynamicShapeError, ModelLoadError, UnsupportedOpErro
 from kernorch.fission.registry import NodeContext, load_rules
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder, Graph, GraphError, TensorType, verify
+from kernorch.ir.layout import GatherIndexError
 from kernorch.ir.prims import Op
 
 FOLD_LIMIT_ELEMENTS = 1 << 24  # never fold constants bigger than this (64 MiB of float32)
@@ -289,7 +290,10 @@ def _try_fold(node, name, g: Graph, ins, out_types, opset, rule) -> list[int] | 
     ctx = NodeContext(node, Builder(scratch, origin=name), local, opset, out_types)
     outs = list(rule(ctx))
     scratch.outputs = [v for v in outs if v is not None and v not in scratch.constants]
-    vals = interp.run(scratch, {}) if scratch.outputs else {}
+    try:
+        vals = interp.run(scratch, {}) if scratch.outputs else {}
+    except GatherIndexError as e:  # constant indices computed out of range: the model's error
+        raise UnsupportedOpError(f"{node.op_type} node {name!r}: {e}") from None
     b = Builder(g)
     result = []
     for v in outs:

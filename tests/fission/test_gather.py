@@ -183,3 +183,32 @@ def test_out_of_range_user_input_is_a_one_line_input_error():
     with pytest.raises(InputError, match=r"gather .*index 5 is out of range \[-3, 3\)") as e:
         run_interpreter(g, {"x": X, "i": np.array([0, 5], np.int64)})
     assert "\n" not in str(e.value)
+
+
+def test_constant_gather_computed_out_of_range_is_one_line():
+    """Indices that only become constant by folding (here: an Add of constants) are checked too."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Add", ["a", "b"], ["i"]), helper.make_node("GatherElements", ["x", "i"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor("a", TensorProto.INT64, [2, 2], [0, 1, 1, 0]),
+                               helper.make_tensor("b", TensorProto.INT64, [2, 2], [0, 0, 2, 0])])
+    with pytest.raises(UnsupportedOpError, match=r"GatherElements node .*out of range \[-2, 2\)"):
+        import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_opaque_kernels_run_on_onnxruntime():
+    """An opaque prim's kernel is one onnxruntime node (not the Python reference), and matches the
+    reference interpreter."""
+    from kernorch import codegen
+
+    upd = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    idx = np.array([[2], [0]], np.int64)
+    g, _ = import_onnx(node_model("ScatterND", {"x": X, "i": idx, "u": upd}))
+    members = {p.output for p in g.prims if p.op is Op.OPAQUE}
+    (out,) = members
+    kernel = codegen.build_kernel(g, members, [out])
+    assert kernel._session is not None and "onnxruntime" in kernel.detail
+    np.testing.assert_array_equal(kernel.run([X, idx, upd])[0].numpy(),
+                                  interp.run(g, {g.inputs[0]: X, g.inputs[1]: idx, g.inputs[2]: upd})[g.outputs[0]])
