@@ -5,7 +5,7 @@ int32 and int64; out-of-range indices read the clamped row (Note [gather bounds]
 import numpy as np
 import pytest
 
-from cg_util import THREADS, build_cases, check, layer_norm
+from cg_util import THREADS, build_cases, check, layer_norm, softmax
 from kernorch import codegen
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder
@@ -39,6 +39,8 @@ CASES = {
     "gather_elements": lambda b: b.binary(
         Op.MUL, b.gather(b.input((4, 7)), [b.input((4, 3), "int64")], *_ge((4, 7), 1, (4, 3))), b.scalar(2.0)),
     "gather_nd": lambda b: b.gather(b.input((3, 4, 5)), [b.input((6, 2), "int64")] * 2, *_nd((3, 4, 5), (6, 2), 0)),
+    # rows of a softmax computed in the same kernel: the gather reads reduced values at runtime rows
+    "softmax_then_take": lambda b: take(b, softmax(b, b.input((12, 40)), -1), b.input((5,), "int64"), 0),
     # elementwise index arithmetic inside the kernel: position ids = ids + 1
     "computed_indices": lambda b: take(b, b.input((VOCAB, 8)),
                                        b.binary(Op.ADD, b.input((2, 5), "int64"), b.scalar(1, "int64")), 0),
