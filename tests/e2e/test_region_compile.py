@@ -70,6 +70,11 @@ def test_regions_off_keeps_own_kernels(tmp_path, cheap_regions):
 def test_without_whole_graph_providers_there_are_no_regions(tmp_path, cheap_regions):
     model = kernorch.compile(EXAMPLE, db=tmp_path / "db.sqlite", threads=2, progress=False, providers=("torch",))
     assert "provider region" not in model.report.plan_summary
+    assert not any(k.provider in ("ort", "openvino") for k in model.kernels), [k.provider for k in model.kernels]
+    with sqlite3.connect(tmp_path / "db.sqlite") as db:
+        assert db.execute("select count(*) from costs where key like 'region:%' and status = 'ok'").fetchone()[0] == 0
+    x = np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    _close(model(x), _reference(x))
 
 
 def test_solver_plan_is_timed_end_to_end_against_the_whole_graph_region(tmp_path, monkeypatch):
