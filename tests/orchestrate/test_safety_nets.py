@@ -5,8 +5,8 @@ matches NumPy). The wrong kernels are made attractive (fused, or timed as the fa
 that skipped or loosened verification would pick them and the output check would fail.
 
 Also: the tuning database's key. Every component (target, threads, code-generator version,
-provider, provider version) must miss the cache when it changes. Components the key lacks are
-strict xfails here (see the reasons): they document a gap, and start failing when it is closed."""
+provider, provider version, compiler, CPU model) must miss the cache when it changes. A gap left
+is a strict xfail here (see its reason): it documents the gap, and starts failing when closed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 import kernorch
 from kernorch import codegen
-from kernorch.orchestrate import measure
+from kernorch.orchestrate import machine, measure
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.providers import base as pbase
 from kernorch.providers.base import BuiltKernel, Provider, compare, tolerance
@@ -327,12 +327,31 @@ def test_adding_a_provider_measures_that_provider(tmp_path):
     assert linear <= priced_by_torch
 
 
-@pytest.mark.xfail(strict=True, reason="gap (issue 15/18): provider versions (onnxruntime, OpenVINO, torch) are not "
-                                       "in the tuning key; an upgrade reuses prices (and verdicts) of the old version")
-def test_provider_version_change_misses_the_cache(tmp_path, monkeypatch):
-    model_proto, _ = _matmul_model()
-    db = tmp_path / "db.sqlite"
-    kw = {"threads": 1, "providers": ["torch"], "regions": False, "progress": False}
-    kernorch.compile(model_proto, db=db, **kw)
-    monkeypatch.setattr(torch, "__version__", torch.__version__ + "+next")
-    assert kernorch.compile(model_proto, db=db, **kw).report.measured > 0
+@pytest.fixture
+def fresh_signature():
+    """The machine signature is computed once per process: recompute it around a test that
+    changes what it is made of."""
+    machine.machine_signature.cache_clear()
+    yield
+    machine.machine_signature.cache_clear()
+
+
+@pytest.mark.parametrize("part", ["torch", "onnxruntime", "openvino", "compiler", "cpu model"])
+def test_provider_compiler_and_cpu_changes_miss_the_cache(tmp_path, monkeypatch, fresh_signature, part):
+    """Provider versions, the C compiler and the CPU model are in the key (the machine signature
+    in the target column): upgrading any of them measures again."""
+    db = TuningDB(tmp_path / "db.sqlite")
+    m, cands = _measured_cost(db)
+    measured, _ = _prefetch_counts(m, cands)
+    assert _prefetch_counts(*_measured_cost(db)) == (0, measured)
+    if part == "compiler":
+        from kernorch.codegen import toolchain
+
+        monkeypatch.setattr(toolchain, "_compiler_id", lambda cc: "gcc (imaginary) 99.0")
+    elif part == "cpu model":
+        monkeypatch.setattr(machine, "cpu_model", lambda: "Imaginary CPU 9000")
+    else:
+        real = machine._version
+        monkeypatch.setattr(machine, "_version", lambda p: real(p) + "+next" if p == part else real(p))
+    machine.machine_signature.cache_clear()
+    assert _prefetch_counts(*_measured_cost(db)) == (measured, 0)
