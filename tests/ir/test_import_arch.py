@@ -25,8 +25,9 @@ ALLOWED = {
     "runtime": BELOW_RUNTIME,
     "errors": set(),
     "__main__": {"cli"},
-    "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_run"},
+    "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_run", "cli_db"},
     "cli_run": BELOW_RUNTIME | {"runtime", "__init__", "cli"},   # the compile / run subcommands
+    "cli_db": BELOW_RUNTIME | {"runtime", "__init__", "cli"},    # the tune / db subcommands
     "__init__": BELOW_RUNTIME | {"runtime"},
 }
 SOLVER = "kernorch.orchestrate.solver"
