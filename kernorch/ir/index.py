@@ -389,6 +389,9 @@ def render(e: Expr, name: Callable[[int], str], sizes: Sequence[int],
             if table is None:
                 raise ValueError("rendering a table lookup needs a table printer")
             x = render(a.x, name, sizes, table, floordiv_fn, mod_fn, min_fn, max_fn)
+            lo, hi = bounds(a.x, sizes)
+            if lo < 0 or hi >= len(a.table):  # masked-out positions: stay inside the table (as evaluate clips)
+                x = f"{min_fn}({max_fn}({x}, 0), {len(a.table) - 1})"
             return f"{table(a.table)}[{x}]"
         if isinstance(a, Loaded):
             return a.name

@@ -20,6 +20,7 @@ import textwrap
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cg_util import check, finish, layer_norm, softmax
@@ -259,3 +260,32 @@ def test_kernels_under_address_sanitizer(tmp_path):
     assert "ERROR: AddressSanitizer" not in proc.stderr, proc.stderr[-4000:]
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     assert proc.stdout.count("ok ") == len(ASAN_CASES), proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Regressions found by bench/fuzz.py
+# ---------------------------------------------------------------------------------------------
+
+def _gather_concat(b):
+    """Fuzz seed 100041: Gather with constant indices (a table lookup) read through a concat along
+    the gathered axis. In the other concat piece the lookup's argument leaves the table (the
+    select discards that value), and the C text indexed the static table out of bounds, then
+    the input at a garbage offset: a segfault. Lookups clamp their argument as Triton's do."""
+    x = b.input((1, 2, 6, 5))
+    gathered = b.view(x, layout.take((1, 2, 6, 5), 2, np.array([-5, -6, 1])))
+    both = b.concat([gathered, gathered], 1)
+    return b.concat([both, both], 2)
+
+
+CASES["regression_gather_concat_lookup"] = (_gather_concat, 1)
+ASAN_CASES.append("regression_gather_concat_lookup")
+
+
+def test_rendered_table_lookups_stay_inside_the_table():
+    from kernorch.ir import index as ix
+
+    e = ix.lookup([1, 0, 1], ix.var(0) - 3, (6,))
+    src = ix.render(e, lambda i: f"i{i}", (6,), lambda t: "T")
+    assert "kn_min(" in src and "kn_max(" in src, src
+    inside = ix.lookup([1, 0, 1], ix.var(0), (3,))
+    assert "kn_min" not in ix.render(inside, lambda i: f"i{i}", (3,), lambda t: "T")
