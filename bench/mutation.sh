@@ -14,11 +14,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-# module (under kernorch/) -> the tests that guard it
+# module (under kernorch/) -> the tests that guard it (folders, files or test ids)
+SAFETY=tests/orchestrate/test_safety_nets.py
 declare -A TESTS=(
   [orchestrate/measure.py]="tests/orchestrate/test_safety_nets.py tests/orchestrate/test_trust.py"
-  [providers/base.py]="tests/orchestrate/test_safety_nets.py tests/providers/test_providers.py"
-  [providers/select.py]="tests/orchestrate/test_safety_nets.py tests/providers/test_providers.py"
+  [providers/base.py]="$SAFETY::test_provider_compare_rejects_relative_1e3_and_nan_accepts_1e6
+    $SAFETY::test_provider_verify_rejects_wrong_shape_dtype_count_and_crash
+    $SAFETY::test_wrong_provider_kernel_is_recorded_and_never_chosen
+    tests/providers/test_providers.py::test_cheapest_correct_provider_wins_and_failures_have_reasons
+    tests/providers/test_providers.py::test_unbaked_constants_are_read_from_the_inputs"
+  [providers/select.py]="$SAFETY::test_wrong_provider_kernel_is_recorded_and_never_chosen
+    tests/providers/test_providers.py::test_cheapest_correct_provider_wins_and_failures_have_reasons
+    tests/providers/test_providers.py::test_no_provider_can_run_it"
   [orchestrate/tuning_db.py]="tests/orchestrate/test_tuning_db.py tests/orchestrate/test_tuning_db_errors.py tests/orchestrate/test_safety_nets.py"
   [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py"
