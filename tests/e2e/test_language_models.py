@@ -105,3 +105,14 @@ def test_padded_attention_mask_changes_bert_output(models, tmp_path):
         want = sess.run(None, f)[0]
         np.testing.assert_allclose(model.run(f)["last_hidden_state"].numpy(), want, atol=1e-4, rtol=1e-4)
     assert not np.allclose(sess.run(None, feeds)[0], sess.run(None, other)[0])
+
+
+def test_saved_gpt2_reloads_with_its_gather_kernels(models, tmp_path):
+    path, feeds = models["gpt2"]
+    model = kernorch.compile(path, strategy="greedy", cost="model", db=tmp_path / "db.sqlite", progress=False,
+                             regions=False)
+    model.save(tmp_path / "saved")
+    again = kernorch.load(tmp_path / "saved")
+    assert any(p.op is Op.GATHER for p in again.graph.prims)
+    np.testing.assert_array_equal(again.run(feeds)["last_hidden_state"].numpy(),
+                                  model.run(feeds)["last_hidden_state"].numpy())
