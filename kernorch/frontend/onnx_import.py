@@ -21,7 +21,7 @@ from kernorch.fission.registry import NodeContext, load_rules
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder, Graph, GraphError, TensorType, verify
 from kernorch.ir.layout import GatherIndexError
-from kernorch.ir.prims import Op
+from kernorch.ir.prims import Op, OpaqueAttrs, Prim
 
 FOLD_LIMIT_ELEMENTS = 1 << 24  # never fold constants bigger than this (64 MiB of float32)
 
@@ -249,6 +249,17 @@ def _fission_node(node, g: Graph, env, rules, opset, inferred, report: ImportRep
     if node.op_type in DATA_DEPENDENT_SHAPE and not all_const:
         raise UnsupportedOpError(f"operator {node.op_type} (node {name!r}): its output shape depends on the input "
                                  f"values ({DATA_DEPENDENT_SHAPE[node.op_type]}); kernorch compiles static shapes")
+    if rule is None and all_const and out_types[0] is None and len([o for o in node.output if o]) == 1:
+        # no static type, but constant inputs (NonZero of a constant mask): evaluate, whatever the shape
+        p = Prim(Op.OPAQUE, tuple(v for v in ins if v is not None), -1,
+                 OpaqueAttrs(node.op_type, node.SerializeToString(), opset))
+        try:
+            arr = np.asarray(interp.eval_opaque(p, [g.constants[v] for v in p.inputs]))
+        except Exception as e:  # noqa: BLE001 -- the reference rejects the node: say which
+            raise UnsupportedOpError(f"operator {node.op_type} (node {name!r}) could not be evaluated on its "
+                                     f"constant inputs ({type(e).__name__})") from None
+        report.folded += 1
+        return [Builder(g).constant(arr)]
     if rule is None:
         v = _opaque(node, name, g, ins, out_types, opset, report)
         if all_const:

@@ -212,3 +212,19 @@ def test_opaque_kernels_run_on_onnxruntime():
     assert kernel._session is not None and "onnxruntime" in kernel.detail
     np.testing.assert_array_equal(kernel.run([X, idx, upd])[0].numpy(),
                                   interp.run(g, {g.inputs[0]: X, g.inputs[1]: idx, g.inputs[2]: upd})[g.outputs[0]])
+
+
+def test_data_dependent_op_on_constants_folds():
+    """NonZero of a constant (a mask baked into the model) has a known value, so it folds."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("NonZero", ["m"], ["nz"]), helper.make_node("Cast", ["nz"], ["f"], to=1),
+             helper.make_node("Add", ["x", "f"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor("m", TensorProto.INT64, [4], [0, 5, 0, 7])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g, report = import_onnx(model)
+    assert not report.opaque and report.folded >= 2
+    x = RNG.standard_normal((1, 2)).astype(np.float32)
+    assert_close(interp.run(g, {g.inputs[0]: x})[g.outputs[0]], run_ort(model, {"x": x})[0])
