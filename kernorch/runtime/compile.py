@@ -109,21 +109,42 @@ def _progress_bar(enabled: bool, label: str):
     import sys
 
     if not sys.stderr.isatty():
-        t0 = last = time.perf_counter()
-        state = {"done": 0, "total": 0, "shown": -1.0}
+        import threading
+
+        t0 = time.perf_counter()
+        state = {"done": 0, "total": 0, "shown": -1.0, "last": t0}
+        lock = threading.Lock()
         print(f"kernorch: {label} ...", file=sys.stderr, flush=True)
 
-        def log(done: int, total: int) -> None:
-            nonlocal last
-            state.update(done=done, total=total)
-            now = time.perf_counter()
-            share = done / total if total else 0.0
-            if now - last >= 10.0 or (total and share - state["shown"] >= 0.25 and done < total):
-                last, state["shown"] = now, share
-                print(f"kernorch: {label}: {done}/{total or '?'} after {now - t0:.0f} s", file=sys.stderr,
-                      flush=True)
+        def line(now: float) -> None:
+            state["last"] = now
+            counts = f"{state['done']}/{state['total'] or '?'} " if state["total"] else ""
+            print(f"kernorch: {label}: {counts}after {now - t0:.0f} s", file=sys.stderr, flush=True)
 
-        yield log
+        def log(done: int, total: int) -> None:
+            with lock:
+                state.update(done=done, total=total)
+                now = time.perf_counter()
+                share = done / total if total else 0.0
+                if now - state["last"] >= 10.0 or (total and share - state["shown"] >= 0.25 and done < total):
+                    state["shown"] = share
+                    line(now)
+
+        stop = threading.Event()
+
+        def heartbeat() -> None:  # a phase that reports no counts for a while (re-measuring, regions)
+            while not stop.wait(30.0):
+                with lock:
+                    if time.perf_counter() - state["last"] >= 30.0:
+                        line(time.perf_counter())
+
+        beat = threading.Thread(target=heartbeat, daemon=True)
+        beat.start()
+        try:
+            yield log
+        finally:
+            stop.set()
+            beat.join()
         counts = f"{state['done']}/{state['total']} " if state["total"] else ""
         print(f"kernorch: {label}: {counts}done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         return
