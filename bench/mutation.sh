@@ -7,7 +7,7 @@
 #   bench/mutation.sh ir/index.py           # one module (the path under kernorch/)
 #   MAX_CHILDREN=4 KEEP=1 bench/mutation.sh runtime/memory.py
 #
-# Runs in a temporary copy of the repository's tracked files, so nothing is written to the
+# Runs in a temporary copy of the working tree (tracked and untracked, not ignored, files), so nothing is written to the
 # checkout (mutmut keeps its state in <copy>/mutants; KEEP=1 keeps the copy and prints its path,
 # e.g. to run `mutmut show NAME` there). Needs `pip install mutmut` (3.x).
 set -euo pipefail
@@ -18,20 +18,15 @@ ROOT=$(pwd)
 SAFETY=tests/orchestrate/test_safety_nets.py
 declare -A TESTS=(
   [orchestrate/measure.py]="tests/orchestrate/test_safety_nets.py tests/orchestrate/test_trust.py"
-  [providers/base.py]="$SAFETY::test_provider_compare_rejects_relative_1e3_and_nan_accepts_1e6
-    $SAFETY::test_provider_verify_rejects_wrong_shape_dtype_count_and_crash
-    $SAFETY::test_wrong_provider_kernel_is_recorded_and_never_chosen
-    tests/providers/test_providers.py::test_cheapest_correct_provider_wins_and_failures_have_reasons
-    tests/providers/test_providers.py::test_unbaked_constants_are_read_from_the_inputs"
-  [providers/select.py]="$SAFETY::test_wrong_provider_kernel_is_recorded_and_never_chosen
-    tests/providers/test_providers.py::test_cheapest_correct_provider_wins_and_failures_have_reasons
-    tests/providers/test_providers.py::test_no_provider_can_run_it"
+  [providers/base.py]="$SAFETY tests/providers/test_providers.py"
+  [providers/select.py]="$SAFETY tests/providers/test_providers.py"
+  [ir/oracle.py]="tests/ir $SAFETY"
   [orchestrate/tuning_db.py]="tests/orchestrate/test_tuning_db.py tests/orchestrate/test_tuning_db_errors.py tests/orchestrate/test_safety_nets.py"
   [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py"
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py"
 )
-ORDER=(orchestrate/measure.py providers/base.py providers/select.py orchestrate/tuning_db.py ir/index.py
+ORDER=(orchestrate/measure.py providers/base.py providers/select.py ir/oracle.py orchestrate/tuning_db.py ir/index.py
        runtime/memory.py orchestrate/solver.py)
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${ORDER[@]}")
@@ -42,7 +37,7 @@ for mod in "${MODULES[@]}"; do
   tests=${TESTS[$mod]:-}
   [ -n "$tests" ] || { echo "unknown module $mod; choose from: ${ORDER[*]}" >&2; exit 2; }
   work=$(mktemp -d -t kn-mutation-XXXXXX)
-  git ls-files -z | xargs -0 cp --parents -t "$work"
+  git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$work" 2>/dev/null || true
   sel=$(printf '"%s", ' $tests)
   cat >> "$work/pyproject.toml" <<EOF
 
@@ -70,9 +65,10 @@ tested = total - s.get("skipped", 0) - s.get("not_checked", 0)
 print(f"   {killed}/{tested} mutants killed ({100 * killed / max(tested, 1):.1f}%); "
       + ", ".join(f"{k} {v}" for k, v in s.items() if k not in ("killed", "total") and v))
 out = subprocess.run(["mutmut", "results"], capture_output=True, text=True).stdout
-for line in out.splitlines():
-    if line.strip() and ":" in line:
-        print("   survivor:", line.strip())
+for line in out.splitlines():  # mutants not killed: survived, timed out, suspicious (not "not checked")
+    name, _, status = line.strip().rpartition(": ")
+    if name and status in ("survived", "timeout", "suspicious", "no tests"):
+        print(f"   {status}: {name}   (mutmut show {name})")
 EOF
   )
   if [ -n "${KEEP:-}" ]; then echo "   kept: $work"; else rm -rf "$work"; fi
