@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from kernorch.orchestrate.tuning_db import Record
 from kernorch.providers.timing import usable_cores
 
 CRASHES_TO_FAIL = 2  # deaths of a worker while measuring one candidate alone
+RESTART_WAIT_S = 60.0  # how long a dead worker may take to come back before its node counts as gone
 RAY_EXTRA = "the Ray cluster needs the 'ray' extra: pip install 'kernorch[ray]'"
 
 
@@ -170,12 +172,11 @@ class RayTuning:
                 raise cause if isinstance(cause, KernorchError) else KernorchError(
                     f"a Ray worker failed measuring: {_one_line(e)}") from None
             except RayActorError:
-                try:  # Ray restarts the actor (max_restarts=-1); load the graph into the new process
-                    ray.get(worker.load.remote(g_ref, measured.threads, names, self.timer_factory))
+                if self._reload(worker, g_ref, measured.threads, names):
                     idle.append(worker)
-                except RayActorError:  # its node is gone
+                else:  # not back within RESTART_WAIT_S: its node is gone
                     self.workers.remove(worker)
-                    if not self.workers:
+                    if not self.workers and not flight:
                         raise KernorchError(f"the Ray cluster lost all workers; {done} of {total} kernels were "
                                             f"measured and stored: run again to resume") from None
                 for it in batch:
@@ -197,6 +198,23 @@ class RayTuning:
                 if measured.progress:
                     measured.progress(done, total)
                 yield key, recs
+
+
+    def _reload(self, worker, g_ref, threads: int, names: list[str]) -> bool:
+        """Load the graph into a worker Ray is restarting (max_restarts=-1): calls fail while it
+        is unavailable, so retry until RESTART_WAIT_S; False if it never comes back."""
+        ray = import_ray()
+        from ray.exceptions import RayActorError
+
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            try:
+                ray.get(worker.load.remote(g_ref, threads, names, self.timer_factory))
+                return True
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.5)
 
 
 def _one_line(e: BaseException) -> str:
