@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kernorch.errors import InputError
-from kernorch.ir.graph import Graph, TensorType, index_limits
+from kernorch.ir import oracle
+from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.prims import ValueId
 
 
@@ -76,22 +77,11 @@ def _fmt(shape: Sequence[int]) -> str:
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random feeds by input name: standard normal floats, small non-negative integers
-    (safe as indices into any non-empty axis of size >= 4, and below n where an input is a
-    gather's index into an axis of n), random booleans."""
-    rng = np.random.default_rng(seed)
-    limits = index_limits(graph)
-    feeds = {}
-    for v in graph.inputs:
-        t = graph.types[v]
-        dt = np.dtype(t.dtype)
-        if dt.kind == "f":
-            a = rng.standard_normal(t.shape).astype(dt)
-        elif dt.kind in "iu":
-            a = rng.integers(0, min(4, limits.get(v, 4)), size=t.shape).astype(dt)
-        elif dt.kind == "b":
-            a = rng.random(t.shape) < 0.5
-        else:
-            raise InputError(f"input {graph.name(v)!r}: cannot make random values of dtype {t.dtype}")
-        feeds[graph.name(v)] = np.asarray(a)
-    return feeds
+    """Seeded random feeds by input name, by the oracle's policy (``ir.oracle``: standard normal
+    floats, small non-zero integers valid as indices into any axis of at least 4, gather indices
+    inside the gathered axis, random booleans)."""
+    try:
+        feeds = oracle.random_feeds(graph, seed=seed)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return {graph.name(v): a for v, a in feeds.items()}

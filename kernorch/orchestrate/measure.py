@@ -20,7 +20,7 @@ import torch
 from kernorch import codegen
 from kernorch.codegen.build import default_threads
 from kernorch.errors import KernorchError
-from kernorch.ir import interp
+from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate import trust
@@ -38,7 +38,6 @@ CODEGEN_VERSION = "c3"
 # Added to every measured candidate (not stored), so the solver stops splitting work into kernels
 # whose isolated times look free.
 KERNEL_OVERHEAD_S = 25e-6
-TOLERANCE = 1e-4  # max abs error allowed, relative to max(1, max |reference|)
 # Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many
 # times, each round after a pause that lets a transient load (a compiler, a cron job) pass.
 REMEASURE_ROUNDS = 2
@@ -77,53 +76,17 @@ def ordered_outputs(g_pos: dict[int, int], cand: Candidate) -> list[int]:
 
 
 def random_feeds(g: Graph, inputs: Sequence[int], seed: int = 0) -> list[np.ndarray]:
-    """Real data for constants, seeded random data for everything else."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for v in inputs:
-        if v in g.constants:
-            out.append(np.array(g.constants[v], order="C"))  # keeps rank 0 (ascontiguousarray makes it 1-d)
-            continue
-        t = g.types[v]
-        if t.dtype == "bool":
-            out.append(rng.random(t.shape) < 0.5)
-        elif np.dtype(t.dtype).kind in "iu":
-            out.append(rng.integers(0, 4, size=t.shape).astype(t.dtype))
-        elif t.dtype in ("float32", "float64"):
-            out.append(rng.standard_normal(t.shape, dtype=t.dtype))
-        else:
-            out.append(rng.standard_normal(t.shape).astype(t.dtype))
-    return out
+    """The oracle's data for ``inputs``, in order (constants' real data, random for the rest)."""
+    feeds = oracle.random_feeds(g, inputs, seed)
+    return [feeds[v] for v in inputs]
 
 
-def verify(g: Graph, kernel, members: set[int], reference: tuple[dict, dict] | None = None) -> tuple[bool, str]:
-    """Run ``kernel`` and the interpreter on the same random inputs; compare every output.
-    ``reference`` = (feeds by value id, interpreter outputs), shared with the other providers."""
-    if reference is None:
-        reference = reference_for(g, g.subgraph(members, list(kernel.outputs)))
-    feeds, ref = reference
-    extra = [v for v in kernel.inputs if v not in feeds]
-    if extra:
-        feeds = {**feeds, **dict(zip(extra, random_feeds(g, extra)))}
-    outs = kernel.run([feeds[v] for v in kernel.inputs])
-    for v, got in zip(kernel.outputs, outs):
-        ok, detail = close(ref[v], got.numpy())
-        if not ok:
-            return False, f"output %{v}: {detail}"
-    return True, ""
-
-
-def close(want: np.ndarray, got: np.ndarray) -> tuple[bool, str]:
-    """Equal for integers/booleans; within TOLERANCE of the output scale for floats (NaN == NaN)."""
-    if want.dtype == np.bool_ or want.dtype.kind in "iu":
-        return bool(np.array_equal(want, got)), "integer/bool mismatch"
-    w, gt = want.astype(np.float64), got.astype(np.float64)
-    same = (np.isnan(w) & np.isnan(gt)) | (np.isinf(w) & (w == gt))
-    err = np.where(same, 0.0, np.abs(w - gt))
-    err = np.where(np.isnan(err), np.inf, err)
-    scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(w), w, 0.0)), initial=0.0)))
-    bad = float(np.max(err, initial=0.0))
-    return bad <= TOLERANCE * scale, f"max abs err {bad:.3g} (scale {scale:.3g})"
+def verify(g: Graph, kernel, members: set[int], reference: oracle.Reference | None = None) -> tuple[bool, str]:
+    """Run ``kernel`` and the interpreter on the same random inputs; compare every output by the
+    oracle's policy. ``reference`` = (feeds by value id, interpreter outputs), shared with the
+    other providers."""
+    ok, _, detail = oracle.verify(kernel.run, kernel.inputs, kernel.outputs, g, members, reference)
+    return ok, detail
 
 
 def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> Measurement:

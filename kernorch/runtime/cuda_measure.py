@@ -18,17 +18,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-import numpy as np
 import torch
 
 from kernorch.codegen.triton import why_not_triton
 from kernorch.codegen.triton_kernel import (CudaLinearKernel, HostKernel, TritonKernel, build_variants, device_name,
                                             precompile_async, wait)
 from kernorch.codegen.triton_lower import TritonConfig
-from kernorch.ir import interp
+from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.measure import MeasureStats, close, ordered_outputs, random_feeds
+from kernorch.orchestrate.measure import MeasureStats, ordered_outputs
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
 CUDA_CODEGEN_VERSION = "t1"
@@ -117,27 +116,17 @@ def config_of(provider: str) -> TritonConfig | None:
     return None
 
 
-def reference(g: Graph, members, outputs, feeds: dict) -> dict:
-    """The interpreter's outputs of the prims ``members`` (size-1 constants that a generated
-    kernel folds in are fed from the graph)."""
-    sub = g.subgraph(set(members), list(outputs))
-    env = {v: feeds[v] if v in feeds else g.constants[v] for v in sub.inputs}
-    return interp.run(sub, env)
+def _on(device: torch.device, feeds) -> list[torch.Tensor]:
+    return [torch.from_numpy(a).to(device, copy=True) for a in feeds]  # a kernel may not spoil shared feeds
 
 
 def verify_on_device(g: Graph, kern, members, device: torch.device) -> str | None:
-    """None when ``kern`` matches the interpreter on random inputs, else why not."""
-    feeds = random_feeds(g, kern.inputs)
+    """None when ``kern`` matches the interpreter on the oracle's random inputs, else why not."""
     try:
-        ref = reference(g, members, kern.outputs, dict(zip(kern.inputs, feeds)))
-        outs = kern.run([torch.from_numpy(np.array(a)).to(device) for a in feeds])
-        for v, got in zip(kern.outputs, outs):
-            ok, detail = close(ref[v], got.cpu().numpy())
-            if not ok:
-                return f"output %{v}: {detail}"
+        ok, _, detail = oracle.verify(lambda xs: kern.run(_on(device, xs)), kern.inputs, kern.outputs, g, members)
     except Exception as e:  # noqa: BLE001 - reported by the caller
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-    return None
+    return None if ok else detail
 
 
 class CudaMeasuredCost:
@@ -237,18 +226,15 @@ class CudaMeasuredCost:
 
     def _measure_kernel(self, name: str, kern, members: set[int], ref):
         """Verify against the interpreter (computed once per candidate), then time."""
-        g = self.g
-        feeds = random_feeds(g, kern.inputs)
-        if ref is None:
-            ref = reference(g, members, kern.outputs, dict(zip(kern.inputs, feeds)))
         try:
+            if ref is None:
+                ref = oracle.reference(self.g, self.g.subgraph(members, list(kern.outputs)))
             with tf32(self.options.allow_tf32):
-                ins = [torch.from_numpy(np.array(a)).to(self.device) for a in feeds]
+                ins = _on(self.device, oracle.kernel_feeds(self.g, kern.inputs, ref[0]))
                 outs = kern.run(ins)
-                for v, got in zip(kern.outputs, outs):
-                    ok, detail = close(ref[v], got.cpu().numpy())
-                    if not ok and not (self.options.allow_tf32 and isinstance(kern, CudaLinearKernel)):
-                        return Record(name, None, "verify_failed", f"output %{v}: {detail}"), ref
+                ok, _, detail = oracle.check(kern.outputs, outs, ref[1])
+                if not ok and not (self.options.allow_tf32 and isinstance(kern, CudaLinearKernel)):
+                    return Record(name, None, "verify_failed", detail), ref
                 seconds = time_on_device(lambda: kern._run(ins, outs), self.device,
                                          graph=getattr(kern, "capturable", True))
         except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
