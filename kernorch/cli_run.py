@@ -333,9 +333,7 @@ def _type(model, name: str, is_input: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_report(args) -> int:
-    from kernorch.frontend.inputs import random_inputs
-    from kernorch.runtime.benchmark import compare
-    from kernorch.runtime.html_report import build_html, measure_kernels, write_png
+    from kernorch.runtime.html_report import write_report
 
     page = Path(args.output) if args.output else Path(args.dir) / "report.html"
     png = Path(args.png) if args.png else page.with_suffix(".png")
@@ -345,58 +343,9 @@ def cmd_report(args) -> int:
         if not f.parent.exists():
             raise KernorchError(f"{flag} {f}: no such directory {f.parent}")
     model = _load(args)
-    feeds = random_inputs(model.executable.sig.graph, seed=0)
     source = Path(args.dir) / SOURCE
-    secs = measure_kernels(model, feeds, args.repeat)
-    comparison = None
-    if not args.no_compare:
-        comparison = compare(model, feeds, source if source.exists() else None, threads=args.threads, seconds=1.0)
-    baselines = None
-    if not args.no_baselines and source.exists():
-        baselines = _baselines(model, feeds, source, args.threads)
-    title = f"kernorch plan of {Path(args.dir).resolve().name}"
-    try:
-        page.write_text(build_html(model, title=title, kernel_seconds=secs, comparison=comparison,
-                                   baselines=baselines))
-        made = write_png(png, model.executable.infos, secs, title)
-    except OSError as e:
-        raise KernorchError(f"cannot write the report ({e.strerror or e}): {e.filename}") from None
+    page, made = write_report(model, page, png=png, source=source if source.exists() else None,
+                              repeat=args.repeat, threads=args.threads, baselines=not args.no_baselines,
+                              compare=not args.no_compare, title=f"kernorch plan of {Path(args.dir).resolve().name}")
     print(f"report    {page}" + (f"\ntimeline  {made}" if made else "  (no PNG: matplotlib is not installed)"))
     return 0
-
-
-def _baselines(model, feeds, source: Path, threads) -> list[dict]:
-    """The per-operator and greedy plans of the source model (kernorch's own kernels, roofline
-    costs, so nothing is tuned), timed end to end next to this plan, interleaved."""
-    import statistics
-
-    import kernorch
-
-    g = model.executable.sig.graph
-    shapes = {g.name(v): list(g.types[v].shape) for v in g.inputs}
-    runs = {"this plan": (model, f"{len(model.kernels)} kernels")}
-    notes = {"this plan": "the compiled model"}
-    for strategy in ("per-operator", "greedy"):
-        try:
-            m = kernorch.compile(str(source), strategy=strategy, cost="model", providers=(), regions=False,
-                                 input_shapes=shapes, threads=threads, progress=False)
-        except KernorchError as e:
-            notes[strategy] = f"not built: {e}"
-            continue
-        runs[strategy] = (m, "")
-        notes[strategy] = "kernorch's own kernels, one per operator" if strategy == "per-operator" else \
-            "kernorch's own kernels, rule-based fusion"
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    t_end = time.perf_counter() + 2.0
-    rounds = 0
-    while rounds < 3 or (time.perf_counter() < t_end and rounds < 500):
-        for name, (m, _) in runs.items():
-            t = time.perf_counter()
-            m.run(feeds)
-            if rounds >= 2:
-                times[name].append(time.perf_counter() - t)
-        rounds += 1
-    out = [{"name": name, "kernels": len(m.kernels), "median": statistics.median(times[name]),
-            "note": notes[name]} for name, (m, _) in runs.items()]
-    out += [{"name": k, "note": v} for k, v in notes.items() if k not in runs]
-    return out

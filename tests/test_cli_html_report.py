@@ -92,3 +92,18 @@ def test_the_browser_check_sees_a_script_error(report, tmp_path):
                                                  "undefinedFunction(); document.body.dataset.ready = '1';"))
     body = body_of(open_in_browser(broken, tmp_path / "broken.png"))
     assert 'data-ready="1"' not in body and "data-error" in body
+
+
+def test_write_report_from_python(tmp_path, monkeypatch):
+    """The Python face: kernorch.runtime.html_report.write_report(model, path, source=...)."""
+    import kernorch
+    from kernorch.runtime.html_report import write_report
+
+    monkeypatch.setenv("KERNORCH_DB", str(tmp_path / "tuning.sqlite"))
+    model = kernorch.compile(str(EXAMPLE), cost="model", progress=False)
+    page, png = write_report(model, tmp_path / "plan.html", source=EXAMPLE, repeat=2, compare=False)
+    text = page.read_text()
+    assert page == tmp_path / "plan.html" and "<h2>Kernels</h2>" in text and "per-operator" in text
+    assert png is None or png.stat().st_size > 2000
+    page, _ = write_report(model, tmp_path / "bare.html", repeat=2, compare=False, baselines=False)
+    assert "The plan next to the baselines" not in page.read_text()

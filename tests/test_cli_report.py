@@ -48,7 +48,8 @@ def test_compile_says_what_it_did_and_what_it_bought(compiled):
                     tuning), tuning
     latency = next(ln for ln in lines if ln.startswith("latency ") and "onnxruntime" in ln)
     m = re.match(r"latency +kernorch (\d+\.\d+) ms vs onnxruntime (\d+\.\d+) ms \(median of (\d+) runs each, "
-                 r"same random inputs, 1 thread\): kernorch is ((\d+\.\d\d)x (faster|slower)|as fast \(within 1%\))$", latency)
+                 r"same random inputs, 1 thread\): kernorch is ((\d+\.\d\d)x (faster|slower)|as fast \(within 1%\))$",
+                 latency)
     assert m, latency
     kn, ort, runs = float(m[1]), float(m[2]), int(m[3])
     assert runs >= 5 and kn > 0 and ort > 0
@@ -56,8 +57,8 @@ def test_compile_says_what_it_did_and_what_it_bought(compiled):
         assert float(m[5]) == pytest.approx(ort / kn if m[6] == "faster" else kn / ort, rel=0.02, abs=0.01)
     else:
         assert ort / kn == pytest.approx(1, abs=0.011)
-    assert re.search(r"^time +import \d+\.\d s, rewrites \d+\.\d s, tuning \d+\.\d s, build \d+\.\d s \(\d+\.\d s wall clock",
-                     out, re.M)
+    assert re.search(r"^time +import \d+\.\d s, rewrites \d+\.\d s, tuning \d+\.\d s, build \d+\.\d s "
+                     r"\(\d+\.\d s wall clock", out, re.M)
     # the kernel table: every figure has its unit, one row per kernel, the prims never cut mid-word
     assert re.search(r"^kernels +\d+, priced total \d+\.\d+ ms", out, re.M)
     rows = [ln for ln in lines if re.match(r"^ +\d+ ", ln)]
@@ -71,7 +72,8 @@ def test_progress_is_plain_lines_on_a_non_terminal(compiled):
     _, _, err = compiled
     lines = err.splitlines()
     assert lines and all(ln.startswith("kernorch: ") for ln in lines), err
-    assert any(re.match(r"kernorch: calibrating on the per-operator kernels: \d+/\d+ done in \d+\.\d s", ln) for ln in lines)
+    assert any(re.match(r"kernorch: calibrating on the per-operator kernels: \d+/\d+ done in \d+\.\d s", ln)
+               for ln in lines)
     assert any(ln.startswith("kernorch: pricing provider regions: done in") for ln in lines)
     assert "0/?" not in err and "\x1b[" not in err  # no empty bar, no terminal control codes
     for k, ln in enumerate(lines):  # once a phase says "done", no more counts under its label

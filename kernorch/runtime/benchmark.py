@@ -124,7 +124,8 @@ def compare(model, feeds: Mapping[str, np.ndarray], source: Any = None, *, threa
 
     threads = threads or default_threads()
     runs: dict[str, tuple[Callable, str]] = {
-        "kernorch": (lambda f: [t.numpy() for t in model.run(f).values()], f"{len(model.kernels)} kernel{'s' if len(model.kernels) != 1 else ''}")}
+        "kernorch": (lambda f: [t.numpy() for t in model.run(f).values()],
+                     f"{len(model.kernels)} kernel{'s' if len(model.kernels) != 1 else ''}")}
     skipped: dict[str, str] = {}
     if source is not None:
         extra, skipped = baselines(source, threads, openvino)

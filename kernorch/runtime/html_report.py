@@ -151,8 +151,9 @@ window.addEventListener('error', function (e) { document.body.dataset.error = St
     selected = (selected === k) ? null : k;
     for (var i = 0; i < marks.length; i++) {
       var m = marks[i];
-      if (m.tagName.toLowerCase() === 'tr') { m.classList.toggle('sel', selected !== null && m.dataset.k === selected); }
-      else { m.classList.toggle('dim', selected !== null && m.dataset.k !== selected); }
+      var on = selected !== null && m.dataset.k === selected;
+      if (m.tagName.toLowerCase() === 'tr') { m.classList.toggle('sel', on); }
+      else { m.classList.toggle('dim', selected !== null && !on); }
     }
   }
   for (var i = 0; i < marks.length; i++) {
@@ -248,3 +249,67 @@ def write_png(path: str | Path, infos, kernel_seconds: Sequence[float], title: s
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def write_report(model, path, *, png=None, source: Any = None, feeds=None, repeat: int = 20,
+                 threads: int | None = None, baselines: bool = True, compare: bool = True,
+                 title: str | None = None) -> tuple[Path, Path | None]:
+    """Write the HTML page of ``model`` (a CompiledModel) to ``path`` and its timeline to ``png``
+    (default: ``path`` with ``.png``; skipped without matplotlib). ``source`` (the original ONNX
+    file or ModelProto) enables the onnxruntime/OpenVINO comparison and the per-operator and
+    greedy baselines; ``feeds`` default to seeded random inputs. Returns (page, png or None)."""
+    from kernorch.errors import KernorchError
+    from kernorch.frontend.inputs import random_inputs
+    from kernorch.runtime.benchmark import compare as compare_runtimes
+
+    page = Path(path)
+    png = page.with_suffix(".png") if png is None else Path(png)
+    feeds = random_inputs(model.executable.sig.graph, seed=0) if feeds is None else feeds
+    secs = measure_kernels(model, feeds, repeat)
+    comparison = compare_runtimes(model, feeds, source, threads=threads, seconds=1.0) if compare else None
+    plans = baseline_plans(model, feeds, source, threads) if baselines and source is not None else None
+    title = title or "kernorch plan"
+    try:
+        page.write_text(build_html(model, title=title, kernel_seconds=secs, comparison=comparison, baselines=plans))
+        made = write_png(png, model.executable.infos, secs, title)
+    except OSError as e:
+        raise KernorchError(f"cannot write the report ({e.strerror or e}): {e.filename}") from None
+    return page, made
+
+
+def baseline_plans(model, feeds, source: Any, threads: int | None, seconds: float = 2.0) -> list[dict]:
+    """The per-operator and greedy plans of ``source`` (kernorch's own kernels, roofline costs, so
+    nothing is tuned), timed end to end next to ``model``, interleaved round by round."""
+    import os
+    import statistics
+    import time
+
+    from kernorch.errors import KernorchError
+    from kernorch.runtime.compile import compile as compile_model
+
+    src = source if hasattr(source, "SerializeToString") else os.fspath(source)
+    g = model.executable.sig.graph
+    shapes = {g.name(v): list(g.types[v].shape) for v in g.inputs}
+    runs = {"this plan": model}
+    notes = {"this plan": "the compiled model",
+             "per-operator": "kernorch's own kernels, one per operator",
+             "greedy": "kernorch's own kernels, rule-based fusion"}
+    for strategy in ("per-operator", "greedy"):
+        try:
+            runs[strategy] = compile_model(src, strategy=strategy, cost="model", providers=(), regions=False,
+                                           input_shapes=shapes, threads=threads, progress=False)
+        except KernorchError as e:
+            notes[strategy] = f"not built: {e}"
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    t_end = time.perf_counter() + seconds
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() < t_end and rounds < 500):
+        for name, m in runs.items():
+            t = time.perf_counter()
+            m.run(feeds)
+            if rounds >= 2:  # warm-up rounds
+                times[name].append(time.perf_counter() - t)
+        rounds += 1
+    out = [{"name": name, "kernels": len(m.kernels), "median": statistics.median(times[name]), "note": notes[name]}
+           for name, m in runs.items()]
+    return out + [{"name": k, "note": notes[k]} for k in ("per-operator", "greedy") if k not in runs]

@@ -92,7 +92,10 @@ def latency_lines(compare) -> list[str]:
         if base is None or kn is None:
             continue
         x = base.median / kn.median
-        verdict = "as fast (within 1%)" if abs(x - 1) < 0.01 else f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
+        if abs(x - 1) < 0.01:
+            verdict = "as fast (within 1%)"
+        else:
+            verdict = f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
         out.append(f"latency   kernorch {ms(kn.median)} vs {name} {ms(base.median)} (median of {len(kn.times)} "
                    f"runs each, same random inputs, {_threads(compare.threads)}): kernorch is {verdict}")
     for name, why in compare.skipped.items():
