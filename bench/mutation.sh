@@ -42,7 +42,8 @@ for mod in "${MODULES[@]}"; do
   cat >> "$work/pyproject.toml" <<EOF
 
 [tool.mutmut]
-source_paths = ["kernorch/$mod"]
+source_paths = ["kernorch"]
+only_mutate = ["kernorch/$mod"]
 pytest_add_cli_args_test_selection = [${sel%, }]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
 also_copy = ["examples", "bench"]

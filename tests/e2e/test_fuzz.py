@@ -19,6 +19,7 @@ PINNED = [(seed, 6) for seed in range(1000, 1036)]  # (seed, most op families pe
 # Models that once failed, as (seed, ops) of bench.fuzz (each fixed; the comment says what it was).
 REGRESSIONS = [
     (100041, 8),  # Gather (constant indices) through a concat: C indexed the lookup table out of bounds, segfault
+    (101352, 8),  # the same bug through Pad + Min + Softmax
 ]
 
 
