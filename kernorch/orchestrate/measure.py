@@ -307,11 +307,13 @@ class MeasuredCost:
                    ) -> Iterator[tuple[str, dict[str, Record]]]:
         """Measure doubtful kernels again (bounded rounds, a pause before each) and yield the
         better attempt per provider, to be stored flagged when still doubtful (or refuse, when
-        quiet is required)."""
+        quiet is required). A round that settles none of them ends the re-measuring: the
+        interference persists, and more rounds would only multiply the tuning time."""
         for _ in range(REMEASURE_ROUNDS):
             if not doubtful:
                 break
             time.sleep(REMEASURE_PAUSE_S)
+            before = len(doubtful)
             for k, (cand, kern, recs) in list(doubtful.items()):
                 self.stats.remeasured += 1
                 recs = trust.merge(recs, self._attempt(k, cand, kern))
@@ -320,6 +322,8 @@ class MeasuredCost:
                 else:
                     del doubtful[k]
                     yield k, recs
+            if len(doubtful) == before:
+                break
         unsettled = [k for k, (_, _, recs) in doubtful.items() if any(UNSETTLED in r.flag_set for r in recs.values())]
         if unsettled and self.require_quiet:
             raise KernorchError(

@@ -65,7 +65,7 @@ def test_a_price_that_never_settles_is_stored_flagged_after_bounded_retries(tmp_
     timer = ScriptedTimer(UNSETTLED_M)
     m, cand, db = _measure(tmp_path, timer)
     assert m(cand) is not None
-    assert timer.calls == 3  # first attempt + REMEASURE_ROUNDS
+    assert timer.calls == 2  # first attempt + one round: a round that settles nothing ends the rounds
     assert m.stats.unsettled == 1
     (rec,) = db.get(m.key(cand), m.target, "c3").values()
     assert UNSETTLED in rec.flag_set and rec.load == 1.0
@@ -83,10 +83,23 @@ def test_a_price_far_above_its_roofline_is_remeasured_then_flagged(tmp_path):
     timer = ScriptedTimer(slow)
     m, cand, db = _measure(tmp_path, timer, roofline=lambda c: 1e-6)
     m(cand)
-    assert timer.calls == 3
+    assert timer.calls == 2
     (rec,) = db.get(m.key(cand), m.target, "c3").values()
     assert FAR_ABOVE_ROOFLINE in rec.flag_set and rec.roofline_s == 1e-6
     assert "roofline" in trust.doubt(rec)
+
+
+def test_rounds_go_on_while_they_settle_kernels(tmp_path, monkeypatch):
+    monkeypatch.setattr("kernorch.orchestrate.measure.REMEASURE_ROUNDS", 3)
+    g = _graph()
+    dag = dag_from_graph(g)
+    cands = [multi_output(dag, [n]) for n in dag.nodes]  # two kernels: neg, exp
+    db = TuningDB(tmp_path / "t.sqlite")
+    m = MeasuredCost(g, db, threads=1, providers=[])
+    # first pass: both unsettled; round 1 settles the first, round 2 the second
+    m.timer = ScriptedTimer(UNSETTLED_M, UNSETTLED_M, SETTLED, UNSETTLED_M, SETTLED)
+    m.prefetch(cands)
+    assert m.timer.calls == 5 and m.stats.unsettled == 0
 
 
 def test_a_price_near_its_roofline_is_measured_once(tmp_path):
