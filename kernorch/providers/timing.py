@@ -22,8 +22,10 @@ from dataclasses import dataclass
 # for a CPU: beyond it the sample is inflated by at least that much. Quiet samples measure 0-2%
 # here (wakeup latency), preempted ones 5-90%.
 DISTURBED_WAIT_FRACTION = 0.05
-# Samples tried per clean sample wanted before the measurement is declared unsettled.
+# Samples tried per clean sample wanted before the measurement is declared unsettled; after
+# HOPELESS_TRIES per sample wanted without a single clean one, it is declared unsettled at once.
 TRIES_PER_SAMPLE = 4
+HOPELESS_TRIES = 2
 _TASKS = "/proc/self/task"
 
 
@@ -151,6 +153,8 @@ class MedianTimer:
                 clean.append(wall / number)
                 if len(clean) >= self.repeats:
                     break
+            elif not clean and len(every) >= HOPELESS_TRIES * self.repeats:
+                break  # every sample disturbed so far: the load persists, stop paying for more
         return summarize(clean, every, self.repeats, self.load.read())
 
 

@@ -36,8 +36,14 @@ def test_disturbed_samples_are_discarded_and_replaced():
 def test_a_measurement_that_never_settles_is_flagged_and_priced_by_its_fastest_sample():
     m = _timer(set(range(100)))(lambda: None)
     assert not m.settled and m.samples == 0
-    assert m.disturbed == timing.TRIES_PER_SAMPLE * 3
+    assert m.disturbed == timing.HOPELESS_TRIES * 3  # no clean sample at all: gives up early
     assert m.seconds == m.min_s
+
+
+def test_a_late_clean_sample_keeps_the_tries_going():
+    m = _timer(set(range(100)) - {5})(lambda: None)  # one clean sample, after 5 disturbed ones
+    assert not m.settled and m.samples == 1
+    assert m.disturbed == timing.TRIES_PER_SAMPLE * 3 - 1
 
 
 def test_quiet_samples_are_all_kept():
