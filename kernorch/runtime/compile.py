@@ -8,7 +8,6 @@ import os
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from kernorch import codegen
@@ -30,54 +29,14 @@ from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
-from kernorch.providers.timing import free_cores
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 from kernorch.runtime.model import CompiledModel
+from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
 # Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
 # about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
 TUNING_BUDGET = 3000
-# How long require_quiet waits for other processes to free the cores tuning needs.
-QUIET_WAIT_S = 30.0
-
-
-@dataclass
-class CompileReport:
-    """What happened, for ``summary()``, the CLI and the benchmark."""
-
-    strategy: str
-    cost: str
-    prims: int = 0
-    opaque: dict[str, int] = field(default_factory=dict)
-    rewrites: dict[str, int] = field(default_factory=dict)
-    candidates: int = 0
-    measured: int = 0
-    cached: int = 0
-    failed: int = 0
-    failures: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-    plan_summary: str = ""
-    roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
-    end_to_end: dict[str, float] = field(default_factory=dict)  # plan vs whole-graph region, median s
-    # Trust in the measurements (Note [trusted timing] in README "Tuning on a busy machine").
-    disturbed: int = 0  # timing samples discarded: the process waited for a CPU during them
-    remeasured: int = 0  # kernels measured again because their first price was doubtful
-    unsettled: int = 0  # kernels stored flagged: no quiet price could be taken
-    other_load: float = 0.0  # most cores other processes kept busy while kernels were timed
-    doubtful_share: float = 0.0  # share of the plan's priced cost resting on flagged prices
-    busy: str = ""  # set when tuning used more threads than the machine had free cores
-
-    def timing_note(self) -> str:
-        """One line on how far the measurements can be trusted ('' for modelled costs)."""
-        if self.cost != "measured" or not (self.measured or self.busy):
-            return ""
-        if not (self.disturbed or self.unsettled or self.busy):
-            return "measurements: quiet machine, no disturbed samples"
-        line = (f"measurements: {self.disturbed} disturbed timing samples discarded (other processes up to "
-                f"{self.other_load:.1f} cores busy), {self.remeasured} kernels re-measured, {self.unsettled} "
-                f"stored flagged; {self.doubtful_share:.0%} of the plan's priced time rests on flagged prices")
-        return f"{self.busy}; {line}" if self.busy else line
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -227,7 +186,7 @@ def _orchestrate(model: Any, example_inputs: Any, *, strategy: str = "optimal", 
     """Import, rewrite and plan (measuring into the database): (graph, plan, whole-graph region
     plan or None, the measured cost, external providers, report)."""
     _check_options(strategy, cost, cluster)
-    busy = _check_free_cores(threads, require_quiet) if cost == "measured" and cluster is None else ""
+    busy = check_free_cores(threads, require_quiet) if cost == "measured" and cluster is None else ""
     knobs = knobs or Knobs()
     if not regions:
         knobs = dataclasses.replace(knobs, regions=False)
@@ -325,7 +284,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         measured.prefetch(todo)
     measured.progress = None
     if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
-        return _with_stats(orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost),
+        return record_measurements(orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost),
                            measured, rep)
     measured.fallback = rough
     try:
@@ -348,39 +307,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             raise KernorchError("the plan kept picking unmeasured kernels; compile with regions=False")
     finally:
         measured.fallback = None
-    return _with_stats(plan, measured, rep)
-
-
-def _with_stats(plan: Plan, measured, rep: CompileReport) -> Plan:
-    """Copy the measurement counts into the report, with the share of the plan's priced time that
-    rests on flagged prices; returns ``plan``."""
-    st = measured.stats
-    rep.measured, rep.cached = st.measured, st.cached
-    rep.failed, rep.failures = st.failed, st.failures[:20]
-    rep.disturbed, rep.remeasured, rep.unsettled, rep.other_load = st.disturbed, st.remeasured, st.unsettled, st.max_load
-    best = measured.best
-    regions = set(plan.regions)
-    keys = [measured.region_key(c) if k in regions else measured.key(c) for k, c in enumerate(plan.kernels)]
-    flagged = sum(best[key].seconds for key in keys if key in best and best[key].flags)
-    total = sum(best[key].seconds for key in keys if key in best)
-    rep.doubtful_share = flagged / total if total else 0.0
-    return plan
-
-
-def _check_free_cores(threads: int, require_quiet: bool) -> str:
-    """'' when ``threads`` cores are free for tuning; else a note saying how busy the machine is
-    (or, with ``require_quiet``, wait up to QUIET_WAIT_S for them and fail if they stay busy)."""
-    others, cores = free_cores()
-    deadline = time.monotonic() + QUIET_WAIT_S
-    while require_quiet and cores - others < threads - 0.25 and time.monotonic() < deadline:
-        others, cores = free_cores(1.0)
-    if cores - others >= threads - 0.25:
-        return ""
-    note = (f"tuning with {threads} threads while other processes keep {others:.1f} of {cores} cores busy")
-    if require_quiet:
-        raise KernorchError(f"{note} (waited {QUIET_WAIT_S:.0f} s for them to free up); require_quiet / "
-                            f"--require-quiet refuses to measure on a busy machine")
-    return note
+    return record_measurements(plan, measured, rep)
 
 
 def _whole_region(dag, plan: Plan, measured: MeasuredCost) -> Plan | None:

@@ -51,7 +51,8 @@ def gpu_roofline(device: torch.device) -> RooflineCost:
 def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, db, input_shapes, rewrites,
                  knobs: Knobs | None, progress: bool, dynamo: bool, options: CudaOptions | None):
     """See runtime.compile.compile; ``options`` are the CUDA target's (CudaOptions)."""
-    from kernorch.runtime.compile import CompileReport, load_graph, plan_kernels
+    from kernorch.runtime.compile import load_graph, plan_kernels
+    from kernorch.runtime.report import CompileReport
     from kernorch.runtime.model import CompiledModel
 
     options = options or CudaOptions()

@@ -251,7 +251,7 @@ def _report(d: Any):
     """The compile report (plain values only) as the report class, or None."""
     if d is None:
         return None
-    from kernorch.runtime.compile import CompileReport
+    from kernorch.runtime.report import CompileReport
 
     known = {f.name for f in dataclasses.fields(CompileReport)}
     if not isinstance(d, dict) or not {"strategy", "cost"} <= set(d):

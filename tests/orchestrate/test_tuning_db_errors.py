@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from kernorch.orchestrate.tuning_db import Record, TuningDB, TuningDBError
-from kernorch.runtime import compile as compile_mod
+from kernorch.runtime import report as report_mod
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tiny_cnn.onnx")
 
@@ -59,13 +59,13 @@ def test_cli_names_the_bad_database_in_one_line(tmp_path):
 
 
 def test_more_threads_than_free_cores_is_said(monkeypatch):
-    monkeypatch.setattr(compile_mod, "free_cores", lambda seconds=0.3: (1.0, 2))
-    assert "other processes keep 1.0 of 2 cores busy" in compile_mod._check_free_cores(2, require_quiet=False)
-    assert compile_mod._check_free_cores(1, require_quiet=False) == ""
+    monkeypatch.setattr(report_mod, "free_cores", lambda seconds=0.3: (1.0, 2))
+    assert "other processes keep 1.0 of 2 cores busy" in report_mod.check_free_cores(2, require_quiet=False)
+    assert report_mod.check_free_cores(1, require_quiet=False) == ""
 
 
 def test_require_quiet_waits_then_refuses(monkeypatch):
-    monkeypatch.setattr(compile_mod, "free_cores", lambda seconds=0.3: (1.0, 2))
-    monkeypatch.setattr(compile_mod, "QUIET_WAIT_S", 0.0)
-    with pytest.raises(compile_mod.KernorchError, match="refuses to measure on a busy machine"):
-        compile_mod._check_free_cores(2, require_quiet=True)
+    monkeypatch.setattr(report_mod, "free_cores", lambda seconds=0.3: (1.0, 2))
+    monkeypatch.setattr(report_mod, "QUIET_WAIT_S", 0.0)
+    with pytest.raises(report_mod.KernorchError, match="refuses to measure on a busy machine"):
+        report_mod.check_free_cores(2, require_quiet=True)
