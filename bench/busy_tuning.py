@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--size", default="small", choices=("small", "default"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=30, help="timed runs per compiled model")
+    ap.add_argument("--budget", type=int, default=800, help="candidate kernels measured per compile")
     args = ap.parse_args()
 
     import kernorch
@@ -73,7 +74,8 @@ def main() -> None:
             timing.DISTURBED_WAIT_FRACTION = 0.05 if detect else float("inf")
             t0 = time.perf_counter()
             with burner(busy):
-                m = kernorch.compile(path, db=db, threads=args.threads, regions=False, providers=(), progress=False)
+                m = kernorch.compile(path, db=db, threads=args.threads, regions=False, providers=(), progress=False,
+                                     tuning_budget=args.budget)
             secs = time.perf_counter() - t0
             compiled[label] = (m, db, secs)
         timing.DISTURBED_WAIT_FRACTION = 0.05
@@ -100,7 +102,8 @@ def main() -> None:
     head = ("model", "tuning", "s", "disturbed", "flagged", "worst price/quiet", "plan = quiet", "kernels",
             "priced ms", "latency ms")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print(f"load average before timing: {os.getloadavg()[0]:.2f}; {args.threads} threads, {args.size} inputs")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}; {args.threads} threads, {args.size} inputs, "
+          f"budget {args.budget} candidates per compile")
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     print("  ".join("-" * w for w in widths))
     for r in rows:
