@@ -61,7 +61,8 @@ def test_mismatch_detects_small_errors_and_nans():
     assert fuzz.mismatch(w, w[:10])
 
 
-@pytest.mark.xfail(strict=True, reason=(
+# not strict: whether the two loops vectorize differently depends on the CPU (-march=native) and libmvec
+@pytest.mark.xfail(strict=False, reason=(
     "open bug (fuzz seed 102514, reported in issue 15): ArgMin/ArgMax fission compares x with min(x) "
     "exactly, but a fused kernel recomputes x (here a softmax) in the reduction loop and again in the "
     "compare loop, and with libmvec the SIMD expf and the scalar expf differ by an ulp: no element "
