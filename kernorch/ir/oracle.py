@@ -56,16 +56,15 @@ def random_array(rng: np.random.Generator, t: TensorType, limit: int | None = No
         if limit is not None:
             lo = 0 if dt.kind == "u" else max(INT_LOW, -limit)
             arr = rng.integers(lo, min(INT_HIGH, limit), size=t.shape)
-        else:
-            arr = rng.integers(1 if dt.kind == "u" else INT_LOW, INT_HIGH - 1, size=t.shape)
-            arr = np.where(arr == 0, INT_HIGH - 1, arr)  # never zero: a divisor stays defined
+        else:  # never zero: a divisor stays defined
+            arr = rng.choice([k for k in range(1 if dt.kind == "u" else INT_LOW, INT_HIGH) if k], size=t.shape)
     elif dt in (np.float32, np.float64):
         arr = rng.standard_normal(t.shape, dtype=dt)  # generated in the dtype: no float64 detour
     elif dt.kind == "f":
         arr = rng.standard_normal(t.shape)
     else:
         raise ValueError(f"cannot make random values of dtype {t.dtype}")
-    return np.ascontiguousarray(np.asarray(arr).astype(dt, copy=False))
+    return np.array(arr, dtype=dt, order="C")  # keeps rank 0 (ascontiguousarray makes it 1-d)
 
 
 def random_feeds(g: Graph, values: Sequence[ValueId] | None = None, seed: int = 0,
