@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# A sample is discarded when its threads spent more than this fraction of its wall time waiting
-# for a CPU: beyond it the sample is inflated by at least that much. Quiet samples measure 0-2%
-# here (wakeup latency), preempted ones 5-90%.
+# A sample is discarded when one of its threads spent more than this fraction of its wall time
+# waiting for a CPU: beyond it the sample is inflated by at least that much. Quiet samples
+# measure 0-2% here (wakeup latency), preempted ones 5-90%.
 DISTURBED_WAIT_FRACTION = 0.05
 # Samples tried per clean sample wanted before the measurement is declared unsettled; after
 # HOPELESS_TRIES per sample wanted without a single clean one, it is declared unsettled at once.
@@ -29,10 +29,10 @@ HOPELESS_TRIES = 2
 _TASKS = "/proc/self/task"
 
 
-def run_queue_wait_ns() -> int | None:
-    """Nanoseconds all of this process's threads have spent runnable but not running, or None
+def run_queue_wait_ns() -> dict[str, int] | None:
+    """Per thread of this process, the nanoseconds it has spent runnable but not running; None
     where the kernel does not say (no /proc schedstat): then no sample can be judged."""
-    total = 0
+    waits = {}
     try:
         tids = os.listdir(_TASKS)
     except OSError:
@@ -40,10 +40,19 @@ def run_queue_wait_ns() -> int | None:
     for tid in tids:
         try:
             with open(f"{_TASKS}/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[1])
+                waits[tid] = int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
             continue  # a thread that exited between listdir and open
-    return total
+    return waits
+
+
+def stall_s(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:
+    """How long the slowest thread waited for a CPU between two readings: a parallel kernel waits
+    at its barrier for its most-delayed thread, so that is what the sample's wall time carries
+    beyond the kernel's cost (the sum would count two threads sharing one core twice)."""
+    if before is None or after is None:
+        return None
+    return max((after[t] - before[t] for t in after.keys() & before.keys()), default=0) * 1e-9
 
 
 def usable_cores() -> int:
@@ -95,9 +104,9 @@ def free_cores(seconds: float = 0.3) -> tuple[float, int]:
 
 @dataclass(frozen=True)
 class Measurement:
-    """The evidence behind one price. ``seconds`` is the median of the clean samples (their
-    minimum when fewer than half the wanted ones were clean: on a busy machine the least
-    disturbed run is the best estimate of the undisturbed cost)."""
+    """The evidence behind one price. ``seconds`` is the median of the clean samples; when fewer
+    than half the wanted ones were clean, the median over all samples of their wall time less
+    the stall of their most-delayed thread (the time the kernel's threads really ran)."""
 
     seconds: float
     min_s: float
@@ -125,7 +134,8 @@ class MedianTimer:
     runs to last ``min_sample_s`` so microsecond kernels are not timer noise."""
 
     def __init__(self, warmup: int = 3, repeats: int = 9, min_sample_s: float = 2e-4,
-                 min_warmup_s: float = 0.01, wait_ns: Callable[[], int | None] = run_queue_wait_ns) -> None:
+                 min_warmup_s: float = 0.01,
+                 wait_ns: Callable[[], dict[str, int] | None] = run_queue_wait_ns) -> None:
         self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
         self.min_warmup_s = min_warmup_s
         self.wait_ns = wait_ns
@@ -140,16 +150,16 @@ class MedianTimer:
         per = max((time.perf_counter() - t0) / max(runs, 1), 1e-9)
         number = max(1, min(1000, int(self.min_sample_s / per)))
         clean: list[float] = []
-        every: list[float] = []
+        every: list[float] = []  # every sample, less its stall (the time its threads ran)
         for _ in range(TRIES_PER_SAMPLE * self.repeats):
             w0 = self.wait_ns()
             t = time.perf_counter()
             for _ in range(number):
                 fn()
             wall = time.perf_counter() - t
-            w1 = self.wait_ns()
-            every.append(wall / number)
-            if w0 is None or w1 is None or (w1 - w0) * 1e-9 <= DISTURBED_WAIT_FRACTION * wall:
+            stall = stall_s(w0, self.wait_ns())
+            every.append(max(wall - (stall or 0.0), 0.0) / number)
+            if stall is None or stall <= DISTURBED_WAIT_FRACTION * wall:
                 clean.append(wall / number)
                 if len(clean) >= self.repeats:
                     break
@@ -166,5 +176,7 @@ def summarize(clean: list[float], every: list[float], wanted: int, load: float |
         med = statistics.median(clean)
         return Measurement(med, min(clean), (max(clean) - min(clean)) / med if med > 0 else 0.0, len(clean),
                            disturbed, load, settled)
-    low = min(every)
-    return Measurement(low, low, (max(every) - low) / low if low > 0 else 0.0, len(clean), disturbed, load, False)
+    ran = [t for t in every if t > 0] or every  # stall-corrected: what the threads really ran
+    med = statistics.median(ran)
+    return Measurement(med, min(ran), (max(ran) - min(ran)) / med if med > 0 else 0.0, len(clean), disturbed,
+                       load, False)

@@ -60,9 +60,11 @@ def test_busy_machine_prices_are_not_poisoned_and_the_plan_holds(tmp_path):
     qp, lp = _prices(tmp_path / "quiet.sqlite"), _prices(tmp_path / "loaded.sqlite")
     common = [(k, p) for k in qp for p in qp[k] if p in lp.get(k, {})]
     assert len(common) > 100
-    worst = max(common, key=lambda kp: lp[kp[0]][kp[1]] / qp[kp[0]][kp[1]])
-    ratio = lp[worst[0]][worst[1]] / qp[worst[0]][worst[1]]
-    assert ratio <= 5.0, f"{worst}: {qp[worst[0]][worst[1]]:.3g} s quiet, {lp[worst[0]][worst[1]]:.3g} s loaded"
+    # Poisoned: inflated by preemption, i.e. more than 5x its quiet price and by at least a
+    # quarter of a 4 ms scheduler tick (microsecond kernels jitter by a few microseconds).
+    poisoned = [(kp, qp[kp[0]][kp[1]], lp[kp[0]][kp[1]]) for kp in common
+                if lp[kp[0]][kp[1]] > 5 * qp[kp[0]][kp[1]] and lp[kp[0]][kp[1]] - qp[kp[0]][kp[1]] >= 1e-3]
+    assert not poisoned, poisoned[:5]
 
     if loaded["keys"] != quiet["keys"]:  # a near tie flipped: the loaded plan must cost the same at quiet prices
         def at_quiet(keys):

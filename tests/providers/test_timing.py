@@ -1,6 +1,7 @@
 """The timer discards samples during which the process waited for a CPU, and says so."""
 
 import os
+import time
 
 import pytest
 
@@ -8,16 +9,17 @@ from kernorch.providers import timing
 from kernorch.providers.timing import LoadMeter, Measurement, MedianTimer, run_queue_wait_ns
 
 
-def _fake_waits(disturbed_samples):
-    """A run-queue clock that advances by 1 s during the given (0-based) samples."""
+def _fake_waits(disturbed_samples, stall_ns=10**9):
+    """A run-queue clock of one thread that advances by ``stall_ns`` during the given (0-based)
+    samples."""
     state = {"reads": 0, "ns": 0}
 
     def wait_ns():
         sample, after = divmod(state["reads"], 2)
         state["reads"] += 1
         if after and sample in disturbed_samples:
-            state["ns"] += 10**9
-        return state["ns"]
+            state["ns"] += stall_ns
+        return {"1": state["ns"]}
 
     return wait_ns
 
@@ -33,11 +35,20 @@ def test_disturbed_samples_are_discarded_and_replaced():
     assert len(calls) == 1 + 5  # warm-up, then 3 clean + 2 disturbed samples of one run each
 
 
-def test_a_measurement_that_never_settles_is_flagged_and_priced_by_its_fastest_sample():
-    m = _timer(set(range(100)))(lambda: None)
+def test_a_measurement_that_never_settles_is_flagged_and_priced_by_the_time_its_threads_ran():
+    def kernel():
+        time.sleep(0.002)
+
+    m = MedianTimer(warmup=1, repeats=3, min_sample_s=0, min_warmup_s=0,
+                    wait_ns=_fake_waits(set(range(100)), stall_ns=1_500_000))(kernel)
     assert not m.settled and m.samples == 0
     assert m.disturbed == timing.HOPELESS_TRIES * 3  # no clean sample at all: gives up early
-    assert m.seconds == m.min_s
+    assert 0.0001 < m.seconds < 0.0015  # the 2 ms+ wall time less the 1.5 ms stall
+
+
+def test_stall_is_the_most_delayed_thread():
+    assert timing.stall_s({"1": 0, "2": 0}, {"1": 4_000_000, "2": 1_000_000, "3": 9}) == pytest.approx(0.004)
+    assert timing.stall_s(None, {"1": 0}) is None
 
 
 def test_a_late_clean_sample_keeps_the_tries_going():
@@ -61,7 +72,8 @@ def test_run_queue_wait_is_read_from_proc():
     a = run_queue_wait_ns()
     sum(range(200000))
     b = run_queue_wait_ns()
-    assert isinstance(a, int) and b >= a
+    assert a and all(isinstance(v, int) for v in a.values())
+    assert timing.stall_s(a, b) >= 0
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="Linux /proc only")
