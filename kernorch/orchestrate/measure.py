@@ -28,7 +28,6 @@ from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
-from kernorch.providers.base import reference_for
 from kernorch.providers.select import reason_or_none
 
 CODEGEN_VERSION = "c3"
@@ -223,7 +222,7 @@ class MeasuredCost:
         recs: dict[str, Record] = {}
         whole = [p for p in self.providers if p.name in REGION_PROVIDERS]
         try:
-            reference = reference_for(self.g, self.g.subgraph(cand.nodes, outs))
+            reference = oracle.reference(self.g, self.g.subgraph(cand.nodes, outs))
         except Exception as e:  # noqa: BLE001 - the oracle failed: nothing can be verified
             recs["codegen"] = Record("codegen", None, "cannot_generate", f"reference interpreter failed: {e}"[:300])
             whole = []
@@ -363,7 +362,7 @@ class MeasuredCost:
         outs = ordered_outputs(self._pos, cand)
         roof = self._roofline(cand)
         try:
-            reference = reference_for(self.g, self.g.subgraph(cand.nodes, outs))
+            reference = oracle.reference(self.g, self.g.subgraph(cand.nodes, outs))
         except Exception as e:  # noqa: BLE001 - the oracle itself failed: nothing can be verified
             reference = None
             kern = kern if kern is None else RuntimeError(f"reference interpreter failed: {e}")
@@ -375,8 +374,7 @@ class MeasuredCost:
             try:
                 ok, detail = verify(self.g, kern, set(cand.nodes), reference)
                 if ok:
-                    feeds = [reference[0][v] if v in reference[0] else random_feeds(self.g, [v])[0]
-                             for v in kern.inputs]
+                    feeds = oracle.kernel_feeds(self.g, kern.inputs, reference[0])
                     recs[name] = priced(name, time_kernel(kern, feeds, self.timer), roof)
                 else:
                     recs[name] = Record(name, None, "verify_failed", detail)
