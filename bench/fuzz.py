@@ -11,6 +11,11 @@ counted as such, not as a kernorch failure. Each accepted model is compiled with
 (cost="model": no timing) and its outputs compared with onnxruntime's on random inputs (max error
 relative to max(1, max |reference|) <= TOLERANCE, NaN where onnxruntime has NaN).
 
+Known false positives: a normalization (LayerNormalization, InstanceNormalization) over a row whose
+values are all equal (a Gather of one element, a saturated Clip) divides rounding noise of the mean
+by sqrt(epsilon), so two correct implementations differ by ~1e-4 of the scale (seeds 203326, 204349
+with --ops 8: all four strategies agree with each other there, not with onnxruntime).
+
 Models run in a worker process, so a kernel that crashes the process (a segfault) is reported as
 a crash of its seed and the run goes on. Prints one line per failure (seed, strategy, what) and a
 summary: models generated, ops covered, mismatches, errors, crashes. A failure is reproduced by ``--seed S --models 1 --verbose``; the seed-pinned
