@@ -39,6 +39,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 STRATEGIES = ("unfused", "per-operator", "greedy", "optimal")
+# Models per worker process: every compile loads its kernels' shared libraries for good (ctypes
+# cannot unload them), so after a few thousand models a process runs out of memory maps.
+RECYCLE = int(os.environ.get("KN_FUZZ_RECYCLE", 300))
 TOLERANCE = 1e-4
 OPSET = 17
 
@@ -613,12 +616,14 @@ def _worker(args) -> int:
 
     db = os.path.join(tempfile.mkdtemp(prefix="kn-fuzz-"), "db.sqlite")
     seed = args.seed
-    while True:
+    for _ in range(RECYCLE):
         print(f"BEGIN {seed}", flush=True)
         res = check_seed(seed, tuple(args.strategies.split(",")), db, args.ops, args.verbose)
         print(json.dumps({"seed": seed, "valid": res.valid, "reason": res.reason, "ops": dict(res.ops),
                           "failures": res.failures}), flush=True)
         seed += 1
+    print(f"RECYCLE {seed}", flush=True)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -664,6 +669,11 @@ def main(argv=None) -> int:
                 failed_models += 1
                 print(f"FAIL seed {seed} crash: worker exited with {proc.returncode}\n    " + "\n    ".join(tail), flush=True)
                 seed += 1
+                proc, err = start(seed)
+                continue
+            if line.startswith("RECYCLE "):  # a fresh worker: loaded libraries are never unloaded
+                proc.wait()
+                seed = int(line.split()[1])
                 proc, err = start(seed)
                 continue
             if line.startswith("BEGIN "):
