@@ -3,33 +3,19 @@ position + layer norm fused, GatherElements, GatherND, computed indices) on the 
 (Triton's interpreter on CPU tensors without a GPU), against the reference interpreter, in
 persistent and looped tiles; out-of-range indices read the clamped row."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cuda_util import compare
+from cuda_util import compare, load_codegen_cases
 from kernorch.codegen.triton import can_generate_triton, why_not_triton
 from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.ir.graph import Builder
 
-CODEGEN_TESTS = Path(__file__).resolve().parents[1] / "codegen"
 
 
-def _load(name: str):
-    key = f"cuda_cases_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, CODEGEN_TESTS / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[key] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[key]
-
-
-GATHER = _load("test_gather_kernels")
-cg = _load("cg_util")
+GATHER = load_codegen_cases("test_gather_kernels")
+cg = load_codegen_cases("cg_util")
 
 
 def _kernel(g, members, outputs, config=None):

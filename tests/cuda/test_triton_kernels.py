@@ -3,14 +3,11 @@ and dtype, random convex kernels of random graphs), emitted as Triton and run on
 device (Triton's interpreter on CPU tensors without a GPU), against the reference interpreter.
 Plus the tile structure: persistent rows, looped tiles, scratch through memory, lookup tables."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cuda_util import compare
+from cuda_util import compare, load_codegen_cases
 from kernorch.codegen.feasible import CannotGenerate
 from kernorch.codegen.triton import can_generate_triton, emit_triton, tuning_space, why_not_triton
 from kernorch.codegen.triton_lower import TritonConfig, lower_triton
@@ -18,24 +15,12 @@ from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op
 
-CODEGEN_TESTS = Path(__file__).resolve().parents[1] / "codegen"
 
 
-def _load(name: str):
-    """A tests/codegen module, imported under its own name (its cases are this file's cases)."""
-    key = f"cuda_cases_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, CODEGEN_TESTS / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[key] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[key]
-
-
-FUSED = _load("test_fused")
-OPS = _load("test_ops")
-RANDOM = _load("test_random_graphs")
-cg = _load("cg_util")
+FUSED = load_codegen_cases("test_fused")
+OPS = load_codegen_cases("test_ops")
+RANDOM = load_codegen_cases("test_random_graphs")
+cg = load_codegen_cases("cg_util")
 
 # Reduction-shaped classes rerun with small tiles (name -> elements per tile): looped chunks, odd
 # tails, scratch buffers and barriers instead of registers.
