@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kernorch.orchestrate.measure import KERNEL_OVERHEAD_S
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_cnn.onnx"
 COMPILE = """
 import json, os, sys
@@ -66,8 +68,13 @@ def test_busy_machine_prices_are_not_poisoned_and_the_plan_holds(tmp_path):
                 if lp[kp[0]][kp[1]] > 5 * qp[kp[0]][kp[1]] and lp[kp[0]][kp[1]] - qp[kp[0]][kp[1]] >= 1e-3]
     assert not poisoned, poisoned[:5]
 
-    if loaded["keys"] != quiet["keys"]:  # a near tie flipped: the loaded plan must cost the same at quiet prices
+    if loaded["keys"] != quiet["keys"]:
+        # A near tie flipped (a busy sibling core slows clean samples too): the loaded plan must
+        # be as good by the solver's own objective at quiet prices (kernel prices plus the
+        # per-kernel overhead it adds), within 10%.
         def at_quiet(keys):
-            return sum(min(qp[k].values()) for k in keys)
+            return sum(min(qp[k].values()) + KERNEL_OVERHEAD_S for k in keys)
 
-        assert at_quiet(loaded["keys"]) <= 1.10 * at_quiet(quiet["keys"]), (quiet, loaded)
+        worse = at_quiet(loaded["keys"]) / at_quiet(quiet["keys"])
+        print(f"plan differs from the quiet plan: {worse:.3f}x its objective at quiet prices")
+        assert worse <= 1.10, (quiet, loaded)
