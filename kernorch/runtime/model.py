@@ -257,11 +257,3 @@ def _report(d: Any):
     if not isinstance(d, dict) or not {"strategy", "cost"} <= set(d):
         raise KernorchError("not a compile report")
     return CompileReport(**{k: v for k, v in d.items() if k in known})
-
-
-def _census(ops) -> str:
-    """A large kernel (a provider region) as a count of its prims, most frequent first."""
-    from collections import Counter
-
-    counts = Counter(ops).most_common()
-    return f"{len(ops)} prims: " + " ".join(f"{op}x{n}" for op, n in counts)
