@@ -23,7 +23,8 @@ from kernorch.ir.layout import IndexMap
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Op, Prim, ValueId
 from kernorch.providers.base import ProviderError
-from kernorch.providers.views import Step, plan_view, shape_after, slice_bounds
+from kernorch.providers.view_steps import Step, shape_after, slice_bounds
+from kernorch.providers.views import plan_view
 
 
 OPSET = 17

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -19,85 +18,11 @@ import numpy as np
 from kernorch.ir import index as ix
 from kernorch.ir import layout
 from kernorch.ir.layout import IndexMap
+from kernorch.providers.view_steps import (Step, ViewPlan, apply_numpy, flat_table, replay, same, shape_after,
+                                           slice_bounds, tidy)
 
+__all__ = ["Step", "ViewPlan", "apply_numpy", "flat_table", "plan_view", "shape_after", "slice_bounds"]
 
-@dataclass(frozen=True)
-class Step:
-    """One tensor operation. ``op`` and its fields:
-
-    - ``reshape``: ``shape``
-    - ``transpose``: ``perm``
-    - ``slice``: ``starts, steps, counts`` per dim (``out[i] = in[start + step*i]``, steps may be < 0)
-    - ``expand``: ``shape`` (size-1 dims grow)
-    - ``pad``: ``begins, ends`` (>= 0), ``mode`` (constant / reflect / edge), ``value``
-    - ``upsample``: ``shape`` holds an integer factor per dim (nearest neighbour: out[i] = in[i // f])
-    - ``gather``: ``table`` (int64, out shape: flat input offsets), ``mask`` (bool or None), ``value``
-    """
-
-    op: str
-    shape: tuple[int, ...] = ()
-    perm: tuple[int, ...] = ()
-    starts: tuple[int, ...] = ()
-    steps: tuple[int, ...] = ()
-    counts: tuple[int, ...] = ()
-    begins: tuple[int, ...] = ()
-    ends: tuple[int, ...] = ()
-    mode: str = "constant"
-    value: float = 0.0
-    table: np.ndarray | None = field(default=None, compare=False, repr=False)
-    mask: np.ndarray | None = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class ViewPlan:
-    """``kind`` names the recognized map (identity, reshape, permute, reshape-permute, broadcast,
-    slice, pad-constant, pad-reflect, pad-edge, box, box-pad, upsample, upsample-pad-reflect,
-    upsample-pad-edge, gather); ``steps`` apply in order."""
-
-    kind: str
-    steps: tuple[Step, ...]
-
-
-# ---------------------------------------------------------------------------------------------
-# Flat tables: the proof of equality
-# ---------------------------------------------------------------------------------------------
-
-def flat_table(m: IndexMap) -> np.ndarray:
-    """Flat input offset of every output element (the reference's clipping applied), -1 where
-    the mask fails; shape ``m.out_shape``."""
-    out = m.out_shape
-    grid = list(np.indices(out, dtype=np.int64)) if out else []
-    flat = np.zeros(out, dtype=np.int64)
-    stride = 1
-    for d in reversed(range(len(m.in_shape))):
-        n = m.in_shape[d]
-        v = np.broadcast_to(np.asarray(ix.evaluate(m.index[d], grid), dtype=np.int64), out)
-        flat = flat + np.clip(v, 0, max(n - 1, 0)) * stride
-        stride *= n
-    if m.mask:
-        ok = np.ones(out, dtype=bool)
-        for c in m.mask:
-            v = np.asarray(ix.evaluate(c.expr, grid))
-            ok &= (v >= c.lo) & (v < c.hi)
-        flat = np.where(ok, flat, -1)
-    return flat
-
-
-def _same(m: IndexMap, cand: IndexMap, table: np.ndarray) -> bool:
-    if cand.out_shape != m.out_shape or cand.in_shape != m.in_shape:
-        return False
-    if (table < 0).any() and not _same_value(m.pad, cand.pad):
-        return False
-    return np.array_equal(flat_table(cand), table)
-
-
-def _same_value(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
-
-
-# ---------------------------------------------------------------------------------------------
-# Recognizers
-# ---------------------------------------------------------------------------------------------
 
 def _strided(table: np.ndarray) -> tuple[list[tuple[int, int]], int] | None:
     """Write a flat table as nested strided loops: ``[(length, stride)]`` outermost first and an
@@ -156,9 +81,9 @@ def _permutation_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
         steps.append(Step("expand", shape=shape))
     if shape != m.out_shape:
         steps.append(Step("reshape", shape=m.out_shape))
-    steps = _tidy(m.in_shape, steps)
-    cand = _replay(m.in_shape, steps)
-    if cand is None or not _same(m, cand, table):
+    steps = tidy(m.in_shape, steps)
+    cand = replay(m.in_shape, steps)
+    if cand is None or not same(m, cand, table):
         return None
     ops = {s.op for s in steps}
     kind = ("identity" if not steps else "broadcast" if "expand" in ops
@@ -176,7 +101,7 @@ def _simple_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
     if size == table.size and np.array_equal(table.reshape(-1), np.arange(size)):
         if m.out_shape == m.in_shape:
             return ViewPlan("identity", ())
-        if _same(m, layout.reshape(m.in_shape, m.out_shape), table):
+        if same(m, layout.reshape(m.in_shape, m.out_shape), table):
             return ViewPlan("reshape", (Step("reshape", shape=m.out_shape),))
     if len(m.in_shape) != len(m.out_shape):
         return None
@@ -187,74 +112,11 @@ def _simple_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
             perm[a.i] = d
     rest = iter(d for d in range(len(m.in_shape)) if d not in perm)
     perm = [p if p is not None else next(rest, -1) for p in perm]
-    if sorted(perm) == list(range(len(perm))) and _same(m, layout.permute(m.in_shape, perm), table):
+    if sorted(perm) == list(range(len(perm))) and same(m, layout.permute(m.in_shape, perm), table):
         return ViewPlan("permute", (Step("transpose", perm=tuple(perm)),))
-    if all(a in (1, b) for a, b in zip(m.in_shape, m.out_shape)) and _same(m, layout.broadcast(m.in_shape, m.out_shape), table):
+    if all(a in (1, b) for a, b in zip(m.in_shape, m.out_shape)) and same(m, layout.broadcast(m.in_shape, m.out_shape), table):
         return ViewPlan("broadcast", (Step("expand", shape=m.out_shape),))
     return None
-
-
-def _tidy(shape: tuple[int, ...], steps: list[Step]) -> list[Step]:
-    """Merge consecutive reshapes and drop the ones that change nothing."""
-    out: list[Step] = []
-    start = shape
-    for st in steps:
-        if st.op == "reshape" and out and out[-1].op == "reshape":
-            out.pop()
-            shape = _shape_before(start, out)
-        if st.op == "reshape" and st.shape == shape:
-            continue
-        out.append(st)
-        shape = shape_after(shape, st)
-    return out
-
-
-def _shape_before(start: tuple[int, ...], steps: list[Step]) -> tuple[int, ...]:
-    for st in steps:
-        start = shape_after(start, st)
-    return start
-
-
-def shape_after(shape: tuple[int, ...], st: Step) -> tuple[int, ...]:
-    if st.op in ("reshape", "expand"):
-        return st.shape
-    if st.op == "transpose":
-        return tuple(shape[p] for p in st.perm)
-    if st.op == "slice":
-        return st.counts
-    if st.op == "pad":
-        return tuple(n + b + e for n, b, e in zip(shape, st.begins, st.ends))
-    if st.op == "upsample":
-        return tuple(n * f for n, f in zip(shape, st.shape))
-    return st.table.shape
-
-
-def _replay(in_shape: tuple[int, ...], steps: list[Step]) -> IndexMap | None:
-    """Rebuild an index map from steps with layout's constructors (the independent check)."""
-    m = layout.identity(in_shape)
-    shape = in_shape
-    for st in steps:
-        if st.op == "reshape":
-            nxt = layout.reshape(shape, st.shape)
-        elif st.op == "transpose":
-            nxt = layout.permute(shape, st.perm)
-        elif st.op == "expand":
-            nxt = layout.broadcast(shape, st.shape)
-        elif st.op == "slice":
-            nxt = layout.slice_(shape, st.starts, st.steps, st.counts)
-        elif st.op == "pad":
-            nxt = layout.pad(shape, st.begins, st.ends, st.mode, st.value)
-        elif st.op == "upsample":
-            out = shape_after(shape, st)
-            nxt = IndexMap(out, shape, tuple(ix.floordiv(ix.var(d), f, out) if f > 1 else ix.var(d)
-                                             for d, f in enumerate(st.shape)))
-        else:
-            return None
-        m = nxt.compose(m)
-        if m is None:
-            return None
-        shape = m.out_shape
-    return m
 
 
 def _unit_free(m: IndexMap) -> tuple:
@@ -300,8 +162,8 @@ def _slice_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
         steps.append(Step("reshape", shape=unit))
     if unit != m.out_shape:
         steps.append(Step("expand", shape=m.out_shape))
-    cand = _replay(m.in_shape, steps)
-    if cand is None or not _same(m, cand, table):
+    cand = replay(m.in_shape, steps)
+    if cand is None or not same(m, cand, table):
         return None
     return ViewPlan("slice" if steps and steps[0].op == "slice" else "broadcast", tuple(steps))
 
@@ -340,8 +202,8 @@ def _pad_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
             plan = _pad_steps(m.in_shape, tuple(begins), ends, mode, m.pad)
             if plan is None:
                 continue
-            cand = _replay(m.in_shape, list(plan))
-            if cand is not None and _same(m, cand, table):
+            cand = replay(m.in_shape, list(plan))
+            if cand is not None and same(m, cand, table):
                 return ViewPlan(f"pad-{mode}", plan)
     return None
 
@@ -415,14 +277,14 @@ def _box_steps(in_shape: tuple[int, ...], table: np.ndarray, value: float) -> li
     ends = tuple(n - hi for n, (_, hi) in zip(out, box))
     if any(begins) or any(ends):
         steps.append(Step("pad", begins=begins, ends=ends, mode="constant", value=value))
-    return _tidy(in_shape, steps)
+    return tidy(in_shape, steps)
 
 
 def _verified(m: IndexMap, table: np.ndarray, kind: str, steps: list[Step] | None) -> ViewPlan | None:
     if steps is None:
         return None
-    cand = _replay(m.in_shape, steps)
-    if cand is None or not _same(m, cand, table):
+    cand = replay(m.in_shape, steps)
+    if cand is None or not same(m, cand, table):
         return None
     return ViewPlan(kind, tuple(steps))
 
@@ -475,7 +337,7 @@ def _upsample_plan(m: IndexMap, table: np.ndarray) -> ViewPlan | None:
             if mode != "none":
                 steps.append(Step("pad", begins=tuple(b for b, _ in pad), ends=tuple(e for _, e in pad), mode=mode))
             kind = "upsample" + ("" if mode == "none" else f"-pad-{mode}")
-            plan = _verified(m, table, kind, _tidy(m.in_shape, steps))
+            plan = _verified(m, table, kind, tidy(m.in_shape, steps))
             if plan is not None:
                 return plan
     return None
@@ -511,30 +373,3 @@ def _plan(m: IndexMap) -> ViewPlan:
     return _gather_plan(m, table)
 
 
-def slice_bounds(start: int, step: int, count: int) -> tuple[int, int | None, int]:
-    """Python ``slice`` arguments for ``start + step*i, i < count`` (stop None: to the front)."""
-    stop = start + step * (count - 1) + (1 if step > 0 else -1)
-    return start, (stop if stop >= 0 else None), step
-
-
-def apply_numpy(plan: ViewPlan, x: np.ndarray) -> np.ndarray:
-    """Run a plan with NumPy (tests and the torch provider's reference of the steps)."""
-    for st in plan.steps:
-        if st.op == "reshape":
-            x = x.reshape(st.shape)
-        elif st.op == "transpose":
-            x = x.transpose(st.perm)
-        elif st.op == "expand":
-            x = np.broadcast_to(x, st.shape)
-        elif st.op == "slice":
-            x = x[tuple(slice(*slice_bounds(s, a, c)) for s, a, c in zip(st.starts, st.steps, st.counts))]
-        elif st.op == "pad":
-            kw = {"constant_values": st.value} if st.mode == "constant" else {}
-            x = np.pad(x, list(zip(st.begins, st.ends)), mode=st.mode, **kw)
-        elif st.op == "upsample":
-            for d, f in enumerate(st.shape):
-                x = x.repeat(f, axis=d) if f > 1 else x
-        elif st.op == "gather":
-            y = x.reshape(-1)[st.table] if x.size else np.zeros(st.table.shape, x.dtype)
-            x = y if st.mask is None else np.where(st.mask, y, np.array(st.value).astype(x.dtype))
-    return np.array(x)
