@@ -22,6 +22,7 @@ from kernorch.ir import layout
 from kernorch.ir.layout import IndexMap
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Op, Prim, ValueId
+from kernorch.providers import onnx_patterns as patterns
 from kernorch.providers.base import ProviderError
 from kernorch.providers.view_steps import Step, shape_after, slice_bounds
 from kernorch.providers.views import plan_view
@@ -251,133 +252,12 @@ class _Emitter:
             elif op is Op.MOD:
                 y = self._mod(a, b, common)
             else:
-                y = (self._mean(p) or self._divide(p)) if op is Op.MUL and common == want else None
-                y = y or (self._resize(p) if op is Op.ADD and common == want else None)
-                y = y or (self._softmax(p) if op is Op.DIV and common == want else None)
+                y = (patterns.mean(self, p) or patterns.divide(self, p)) if op is Op.MUL and common == want else None
+                y = y or (patterns.resize(self, p) if op is Op.ADD and common == want else None)
+                y = y or (patterns.softmax(self, p) if op is Op.DIV and common == want else None)
                 y = y or self.node(_BINARY[op], [a, b])
         have = "bool" if op in COMPARE or op in LOGICAL else common
         self.node("Identity", [self.cast(y, have, want)], out)
-
-    def _mean(self, p: Prim) -> str | None:
-        """``sum(x) * (1/n)`` over the n summed elements as one ReduceMean (how runtimes spell a
-        mean, which their normalization fusions look for); None if ``p`` is not that."""
-        for s_, c in (p.inputs, p.inputs[::-1]):
-            q = self.producer.get(s_)
-            while c in self.producer and self.producer[c].op is Op.BROADCAST:
-                c = self.producer[c].inputs[0]
-            if q is None or q.op is not Op.SUM or c not in self.sub.constants:
-                continue
-            scale = np.asarray(self.sub.constants[c])
-            if scale.ndim != 0 or np.dtype(self.dtype(q.inputs[0])).kind != "f":
-                continue
-            shape = self.sub.types[q.inputs[0]].shape
-            n = math.prod(shape[a] for a in q.attrs.axes)
-            if n and math.isclose(float(scale), 1.0 / n, rel_tol=1e-6):
-                axes = np.array([int(a) for a in q.attrs.axes], dtype=np.int64)
-                x = self.value(q.inputs[0])
-                if self.opset >= 18:
-                    return self.node("ReduceMean", [x, self.const(axes)], keepdims=int(q.attrs.keepdims))
-                return self.node("ReduceMean", [x], axes=axes.tolist(), keepdims=int(q.attrs.keepdims))
-        return None
-
-    def _divide(self, p: Prim) -> str | None:
-        """``x * recip(y)`` as ``x / y`` (the spelling OpenVINO's MVN fusion matches) when ``x``
-        has the full output shape; None otherwise."""
-        full = self.sub.types[p.output].shape
-        for r, x in (p.inputs, p.inputs[::-1]):
-            while r in self.producer and self.producer[r].op is Op.BROADCAST:
-                r = self.producer[r].inputs[0]
-            q = self.producer.get(r)
-            if (q is not None and q.op is Op.RECIP and np.dtype(self.dtype(r)).kind == "f"
-                    and x not in self.lazy and self.sub.types[x].shape == full
-                    and self.dtype(x) == self.dtype(r) == self.dtype(q.inputs[0])):
-                return self.node("Div", [self.value(x), self.value(q.inputs[0])])
-        return None
-
-    def _resize(self, p: Prim) -> str | None:
-        """``take(x, taps0) * w0 + take(x, taps1) * w1`` along one axis, as fission spells a linear
-        Resize, back as one ONNX Resize when its interpolation matrix is exactly that of a linear
-        resize with a standard coordinate mode (runtimes run it as one interpolation kernel);
-        None otherwise."""
-        terms = []
-        for v in p.inputs:
-            q = self.producer.get(v)
-            if q is not None and q.op is Op.VIEW:
-                terms.append((q, None))
-                continue
-            if q is None or q.op is not Op.MUL:
-                return None
-            found = None
-            for a, c in (q.inputs, q.inputs[::-1]):
-                while c in self.producer and self.producer[c].op is Op.BROADCAST:
-                    c = self.producer[c].inputs[0]
-                qa = self.producer.get(a)
-                if qa is not None and qa.op is Op.VIEW and c in self.consts:
-                    found = (qa, np.asarray(self.consts[c], dtype=np.float64))
-                    break
-            if found is None:
-                return None
-            terms.append(found)
-        sources = {view.inputs[0] for view, _ in terms}
-        if len(sources) != 1:
-            return None
-        x = sources.pop()
-        shape_in, shape_out = self.sub.types[x].shape, self.sub.types[p.output].shape
-        axes = [k for k, (a, b) in enumerate(zip(shape_in, shape_out)) if a != b]
-        if len(shape_in) != len(shape_out) or len(axes) != 1:
-            return None
-        d = axes[0]
-        n_in, n_out = shape_in[d], shape_out[d]
-        grid = [np.arange(n, dtype=np.int64).reshape([n if a == k else 1 for a in range(len(shape_out))])
-                for k, n in enumerate(shape_out)]
-        interp = np.zeros((n_out, n_in))
-        for view, w in terms:
-            m = view.attrs.map
-            if m.in_shape != shape_in or m.out_shape != shape_out or m.mask:
-                return None
-            vals = [np.broadcast_to(np.asarray(ix.evaluate(e, grid), dtype=np.int64), shape_out) for e in m.index]
-            others = (k for k in range(len(vals)) if k != d)
-            if any(not np.array_equal(vals[k], np.broadcast_to(grid[k], shape_out)) for k in others):
-                return None
-            taps = np.clip(vals[d][tuple(slice(None) if k == d else 0 for k in range(len(shape_out)))], 0, n_in - 1)
-            if w is None:
-                weights = np.ones(n_out)
-            elif w.ndim == len(shape_out) and w.shape[d] == n_out and w.size == n_out:
-                weights = w.reshape(-1)
-            else:
-                return None
-            np.add.at(interp, (np.arange(n_out), taps), weights)
-        for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"):
-            if np.allclose(interp, _linear_resize_matrix(mode, n_in, n_out), rtol=0, atol=1e-6):
-                sizes = self.const(np.array(shape_out, dtype=np.int64))
-                return self.node("Resize", [self.value(x), "", "", sizes], mode="linear",
-                                 coordinate_transformation_mode=mode)
-        return None
-
-    def _through_broadcasts(self, v: ValueId) -> ValueId:
-        while v in self.producer and self.producer[v].op is Op.BROADCAST:
-            v = self.producer[v].inputs[0]
-        return v
-
-    def _softmax(self, p: Prim) -> str | None:
-        """``e / sum(e)`` with ``e = exp(x - max(x))`` over one axis, as fission spells Softmax,
-        back as one ONNX Softmax (runtimes fuse attention around it); None otherwise."""
-        e, s = p.inputs
-        q_sum = self.producer.get(self._through_broadcasts(s))
-        q_exp = self.producer.get(e)
-        if q_sum is None or q_sum.op is not Op.SUM or q_sum.inputs[0] != e or q_exp is None or q_exp.op is not Op.EXP:
-            return None
-        q_sub = self.producer.get(q_exp.inputs[0])
-        if q_sub is None or q_sub.op is not Op.SUB:
-            return None
-        x, m = q_sub.inputs
-        q_max = self.producer.get(self._through_broadcasts(m))
-        axes = tuple(q_sum.attrs.axes)
-        if (q_max is None or q_max.op is not Op.RMAX or q_max.inputs[0] != x or tuple(q_max.attrs.axes) != axes
-                or len(axes) != 1 or self.sub.types[x].shape != self.sub.types[p.output].shape
-                or np.dtype(self.dtype(x)).kind != "f"):
-            return None
-        return self.node("Softmax", [self.value(x)], axis=int(axes[0]))
 
     def _mod(self, a: str, b: str, dtype: str) -> str:
         """NumPy's mod (sign of the divisor): integer Mod(fmod=0); floats take C fmod and shift."""
@@ -523,26 +403,3 @@ def _fill(value: float, dtype: str) -> np.ndarray:
     if np.dtype(dtype) == np.bool_:
         return np.array(bool(value))
     return np.array(value).astype(dtype)
-
-
-def _linear_resize_matrix(mode: str, n_in: int, n_out: int) -> np.ndarray:
-    """out = M @ in for ONNX's 1-D linear Resize to ``n_out`` (sizes given, so scale = n_out /
-    n_in), source coordinates clamped to the input (edge padding)."""
-    o = np.arange(n_out, dtype=np.float64)
-    scale = n_out / n_in
-    if mode == "half_pixel":
-        x = (o + 0.5) / scale - 0.5
-    elif mode == "pytorch_half_pixel":
-        x = (o + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
-    elif mode == "align_corners":
-        x = o * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
-    else:
-        x = o / scale
-    x = np.clip(x, 0, n_in - 1)
-    lo = np.floor(x).astype(np.int64)
-    hi = np.minimum(lo + 1, n_in - 1)
-    frac = x - lo
-    m = np.zeros((n_out, n_in))
-    np.add.at(m, (np.arange(n_out), lo), 1 - frac)
-    np.add.at(m, (np.arange(n_out), hi), frac)
-    return m
