@@ -12,7 +12,6 @@ live in memory.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -21,38 +20,17 @@ import numpy as np
 from kernorch.codegen import indexing
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
-from kernorch.codegen.kernel import Accum, Arg, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.schedule import Stage, Vars, interchange, make_schedule, transposed_dim, work
+from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.codegen.lower_base import KernelLowerer, accumulator_dtype, identity
+from kernorch.codegen.schedule import Stage, interchange, make_schedule, transposed_dim, work
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, NoAttrs, Op
+from kernorch.ir.prims import Kind
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
 TILE = 16  # tile edge for transposed reads; larger tiles thrash L1 sets with power-of-two strides
-REDUCE_OP = {Op.SUM: "sum", Op.PROD: "prod", Op.RMAX: "max", Op.RMIN: "min"}
-BOOL_REDUCE = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
-
-
-def accumulator_dtype(op: str, dtype: str) -> str:
-    """float32 sums accumulate in double: a row of thousands of values summed in float32 drifts
-    past the verification tolerance (the interpreter sums pairwise), and these loops are memory-
-    bound, so the wider accumulator is nearly free."""
-    return "float64" if op == "sum" and dtype == "float32" else dtype
-
-
-def identity(op: str, dtype: str):
-    if op == "sum":
-        return 0
-    if op == "prod":
-        return 1
-    if dtype == "bool":
-        return op == "min"
-    if dtype.startswith("float"):
-        return -np.inf if op == "max" else np.inf
-    info = np.iinfo(dtype)
-    return int(info.min if op == "max" else info.max)
 
 
 class _NoFuse(Exception):
@@ -91,62 +69,25 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     return _Lowerer(g, members, list(outputs), num_threads or default_threads()).run(name)
 
 
-class _Lowerer:
+class _Lowerer(KernelLowerer):
     def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
-        self.g, self.outputs, self.threads = g, outputs, threads
-        self.prims = kernel_prims(g, members)
-        self.producers = {p.output: p for p in self.prims}
-        self.vs = Vars()
-        self.names = itertools.count()
-        ins, _ = g.boundary(members)
-        self.imm = {v: g.constants[v].reshape(()) for v in ins
-                    if v in g.constants and g.constants[v].size == 1}
-        self.ext = [v for v in ins if v not in self.imm]
+        super().__init__(g, members, outputs)
+        self.threads = threads
 
     def run(self, name: str | None) -> KernelSpec:
         g = self.g
         sch = make_schedule(g, self.prims, self.outputs, self.vs, self.threads)
-        self.inline = set(self.producers) - sch.mat
-        group_of = {sch.stages[k].value: gi for gi, (ks, _) in enumerate(sch.groups) for k in ks}
-        crossing = {v for gi, (ks, _) in enumerate(sch.groups) for k in ks for v, _ in sch.stages[k].reads
-                    if group_of[v] != gi}
-        scratch = [st.value for st in sch.stages if st.value in crossing and st.value not in self.outputs]
-        args, self.buf = [], {}
-        for role, vals in (("in", self.ext), ("out", self.outputs), ("ws", scratch)):
-            for k, v in enumerate(vals):
-                self.buf[v] = f"{role}{k}"
-        offset = 0
-        for role, vals in (("in", self.ext), ("out", self.outputs), ("ws", scratch)):
-            for v in vals:
-                t = g.types[v]
-                args.append(Arg(self.buf[v], t.dtype, t.size, role, offset if role == "ws" else 0))
-                if role == "ws":
-                    offset += -(-np.dtype(t.dtype).itemsize * t.size // 64) * 64
+        args = self.assign_buffers(sch)
         body = tuple(self.group([sch.stages[k] for k in ks], P) for ks, P in sch.groups)
-        comment, local = self._describe()
+        comment, local = self.describe()
         notes = [f"group {gi}: P={P}, stages " + ", ".join(local[sch.stages[k].value] for k in ks)
                  for gi, (ks, P) in enumerate(sch.groups)]
         if sch.mat - {st.value for st in sch.stages if st.reduce} - set(self.outputs):
             stored = [v for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE]
             notes.append("stored to avoid recomputation: " + ", ".join(local[v] for v in stored))
         key = g.kernel_key(set(self.producers), self.outputs)
-        return KernelSpec(name or f"kn_{key[:16]}", tuple(args), body, tuple(self.vs.sizes), tuple(self.ext),
-                          tuple(self.outputs), key, comment, offset, tuple(notes))
-
-    def _describe(self) -> tuple[str, dict[int, str]]:
-        local = {v: f"in{k}" for k, v in enumerate(self.ext)}
-        local.update({v: f"c{a.item()!r}" for v, a in self.imm.items()})
-        lines = []
-        for k, p in enumerate(self.prims):
-            local[p.output] = f"v{k}"
-            if p.op is Op.VIEW:
-                attrs = f"masked pad={p.attrs.map.pad}" if p.attrs.map.mask else ""
-            else:
-                attrs = "" if isinstance(p.attrs, NoAttrs) else repr(p.attrs)
-            lines.append(f"{local[p.output]} = {p.op.value}({', '.join(local[a] for a in p.inputs)}) "
-                         f"{self.g.types[p.output]!r} {attrs}".rstrip())
-        lines.append("outputs: " + ", ".join(local[v] for v in self.outputs))
-        return "\n".join(lines), local
+        return KernelSpec(name or f"kn_{key[:16]}", args, body, tuple(self.vs.sizes), tuple(self.ext),
+                          tuple(self.outputs), key, comment, self.arena, tuple(notes))
 
     # -- groups and stages ------------------------------------------------------------------
     def group(self, stages: list[Stage], P: int) -> Parallel:
@@ -380,33 +321,8 @@ class _Lowerer:
             return body.let("load", dtype, (), (nm, None))
         return body.let("load", dtype, (), (nm, self._clamp(self._local_offset(off, I), I)))
 
-    def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        return indexing.flat(idx, self.g.types[v].shape, self.vs.sizes)
-
     def _local_offset(self, off: ix.Expr, I: int) -> ix.Expr:
         return indexing.normalize(off - ix.var(self.o) * I, self.vs.sizes)
-
-    def _clamped_flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        """Flat offset with each dim index clamped where it may leave its range (masked-out
-        positions, other concat pieces). Per dim, so parts invariant in the inner loop hoist."""
-        shape = self.g.types[v].shape
-        return self._flat(v, [self._clamp(e, n) for e, n in zip(idx, shape)])
-
-    def _clamp(self, off: ix.Expr, n: int) -> ix.Expr:
-        """Masked-out positions may index outside the buffer; keep every load in bounds (the
-        value there is discarded by the select)."""
-        lo, hi = ix.bounds(off, self.vs.sizes)
-        if lo >= 0 and hi < n:
-            return off
-        return ix.minimum(ix.maximum(off, 0, self.vs.sizes), n - 1, self.vs.sizes)
-
-    def _reduced_index(self, st: Stage, natural: Sequence[ix.Expr]) -> list[ix.Expr]:
-        keep = st.prim.attrs.keepdims
-        return [ix.const(0) if d in st.axes else e for d, e in enumerate(natural) if keep or d not in st.axes]
-
-    def _reduce_op(self, st: Stage) -> str:
-        op = REDUCE_OP[st.prim.op]
-        return BOOL_REDUCE[op] if self.g.types[st.value].dtype == "bool" else op
 
 
 def _split_exprs(lets) -> list[tuple[ix.Expr, bool]]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from kernorch.codegen.feasible import kernel_prims, why_not
 from kernorch.codegen.kernel import Let
-from kernorch.codegen.lower import identity
+from kernorch.codegen.lower_base import identity
 from kernorch.codegen.triton_lower import (Barrier, Def, Fill, Fold, Group, Lane, Put, Reduce, TLoop, TritonConfig,
                                            TritonSpec, lower_triton, np2)
 from kernorch.ir import index as ix

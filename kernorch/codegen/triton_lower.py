@@ -31,12 +31,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-import numpy as np
 
 from kernorch.codegen import indexing
-from kernorch.codegen.feasible import CannotGenerate, kernel_prims
+from kernorch.codegen.feasible import CannotGenerate
 from kernorch.codegen.kernel import Arg, Let
-from kernorch.codegen.lower import BOOL_REDUCE, REDUCE_OP, identity
+from kernorch.codegen.lower_base import KernelLowerer, identity
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.codegen.schedule import Stage, Vars, make_schedule
 from kernorch.ir import index as ix
@@ -201,15 +200,10 @@ class _Plan:
     R: int
 
 
-class _Lowerer:
+class _Lowerer(KernelLowerer):
     def __init__(self, g: Graph, members: set[int], outputs: list[int]) -> None:
-        self.g, self.outputs = g, outputs
+        super().__init__(g, members, outputs)
         self._schedule: tuple | None = None
-        self.prims = kernel_prims(g, members)
-        self.producers = {p.output: p for p in self.prims}
-        ins, _ = g.boundary(members)
-        self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
-        self.ext = [v for v in ins if v not in self.imm]
 
     def run(self, name: str | None, forced: set[int], config: TritonConfig) -> TritonSpec:
         g = self.g
@@ -220,18 +214,7 @@ class _Lowerer:
             self._schedule = (make_schedule(g, self.prims, self.outputs, self.vs, GPU_THREADS), list(self.vs.sizes))
         sch, sizes = self._schedule
         self.vs.sizes = list(sizes)
-        self.inline = set(self.producers) - sch.mat
-        group_of = {sch.stages[k].value: gi for gi, (ks, _) in enumerate(sch.groups) for k in ks}
-        crossing = {v for gi, (ks, _) in enumerate(sch.groups) for k in ks for v, _ in sch.stages[k].reads
-                    if group_of[v] != gi}
-        scratch = [st.value for st in sch.stages
-                   if (st.value in crossing or st.value in forced) and st.value not in self.outputs]
-        self.buf, args = {}, []
-        for role, vals in (("in", self.ext), ("out", self.outputs), ("ws", scratch)):
-            for k, v in enumerate(vals):
-                self.buf[v] = f"{role}{k}"
-                t = g.types[v]
-                args.append(Arg(self.buf[v], t.dtype, t.size, role))
+        args = self.assign_buffers(sch, forced, arena=False)
         key = g.kernel_key(set(self.producers), self.outputs)
         name = name or f"kt_{key[:16]}"
         groups = []
@@ -240,9 +223,8 @@ class _Lowerer:
         index64 = max(a.size for a in args) >= INDEX32_LIMIT
         notes = tuple(f"group {gi}: P={grp.o.extent}, BO={grp.o.block}, grid {grp.grid}, warps {grp.warps}"
                       for gi, grp in enumerate(groups))
-        return TritonSpec(name, tuple(args), tuple(groups), tuple(self.vs.sizes), tuple(self.ext),
-                          tuple(self.outputs), key, _describe(g, self.prims, self.ext, self.imm, self.outputs),
-                          index64, self.config, notes)
+        return TritonSpec(name, args, tuple(groups), tuple(self.vs.sizes), tuple(self.ext),
+                          tuple(self.outputs), key, self.describe()[0], index64, self.config, notes)
 
     # -- one group: one Triton program --------------------------------------------------------
     def group(self, name: str, stages: list[Stage], P: int) -> Group:
@@ -352,8 +334,7 @@ class _Lowerer:
                 out += stmts
                 self.tiles[st.value] = (val, off)
             return ([Barrier()] if self.barrier else []) + out
-        op = REDUCE_OP[st.prim.op]
-        op = BOOL_REDUCE[op] if dtype == "bool" else op
+        op = self._reduce_op(st)
         val = body.cast(inl.value(st.prim.inputs[0], natural), dtype)
         res = f"a{next(self.names)}"
         red_off = self._flat(st.value, self._reduced_index(st, natural))
@@ -394,37 +375,6 @@ class _Lowerer:
 
     def _same(self, a: ix.Expr, b: ix.Expr) -> bool:
         return ix.bounds(indexing.normalize(a - b, self.vs.sizes), self.vs.sizes) == (0, 0)
-
-    def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        return indexing.flat(idx, self.g.types[v].shape, self.vs.sizes)
-
-    def _clamped_flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        """Masked-out positions (pads, other concat pieces) may index outside the buffer: clamp
-        each dim where it may leave its range; the select discards the value there."""
-        shape = self.g.types[v].shape
-        sizes = self.vs.sizes
-        clamped = []
-        for e, n in zip(idx, shape):
-            lo, hi = ix.bounds(e, sizes)
-            if lo < 0 or hi >= n:
-                e = ix.minimum(ix.maximum(e, 0, sizes), n - 1, sizes)
-            clamped.append(e)
-        return self._flat(v, clamped)
-
-    def _reduced_index(self, st: Stage, natural: Sequence[ix.Expr]) -> list[ix.Expr]:
-        keep = st.prim.attrs.keepdims
-        return [ix.const(0) if d in st.axes else e for d, e in enumerate(natural) if keep or d not in st.axes]
-
-
-def _describe(g: Graph, prims, ext, imm, outputs) -> str:
-    local = {v: f"in{k}" for k, v in enumerate(ext)}
-    local.update({v: f"c{np.asarray(a).item()!r}" for v, a in imm.items()})
-    lines = []
-    for k, p in enumerate(prims):
-        local[p.output] = f"v{k}"
-        lines.append(f"{local[p.output]} = {p.op.value}({', '.join(local[a] for a in p.inputs)}) {g.types[p.output]!r}")
-    lines.append("outputs: " + ", ".join(local[v] for v in outputs))
-    return "\n".join(lines)
 
 
 __all__ = ["Barrier", "Def", "Fill", "Fold", "Group", "Lane", "Let", "Put", "Reduce", "TLoop", "TritonConfig",
