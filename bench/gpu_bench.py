@@ -151,7 +151,7 @@ def bench_model(name: str, size: int, args) -> dict:
 
     import kernorch
     from kernorch.orchestrate.knobs import Knobs
-    from kernorch.runtime.cuda_measure import CudaOptions
+    from kernorch.targets.cuda_measure import CudaOptions
 
     knobs = Knobs(solver_backend=args.solver)
     for strategy in args.strategies:

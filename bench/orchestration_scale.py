@@ -18,7 +18,7 @@ from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
 from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import apply_rewrites
-from kernorch.runtime.compile import calibrate_cached
+from kernorch.targets.cpu import calibrate_cached
 
 MODELS = ["segformer_b0", "efficientvit_b0", "candy", "vit_tiny", "gpt2_block"]
 

@@ -25,6 +25,7 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate import trust
 from kernorch.orchestrate.machine import target_name
+from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
@@ -137,8 +138,9 @@ def external_providers(threads: int, names: Sequence[str] | None = DEFAULT_PROVI
     return out
 
 
-class MeasuredCost:
-    """``cost(candidate) -> seconds | None``, backed by the tuning database."""
+class MeasuredCost(PricedCandidates):
+    """``cost(candidate) -> seconds | None``, backed by the tuning database (keys, memo and
+    database look-ups: orchestrate.priced)."""
 
     def __init__(self, g: Graph, db: TuningDB, target: str = "cpu", threads: int | None = None,
                  batch: int = 32, progress: Callable[[int, int], None] | None = None,
@@ -154,25 +156,17 @@ class MeasuredCost:
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()
-        self._pos = {p.output: i for i, p in enumerate(g.prims)}
-        self._memo: dict[str, float | None] = {}
-        self.best: dict[str, Record] = {}
+        self._start_memo()
         self.providers = list(providers) if providers is not None else external_providers(self.threads)
         self.timer = MedianTimer(warmup=2, repeats=5, min_sample_s=1e-4, min_warmup_s=0.005)
         self._kind = {p.output: p.kind.value for p in g.prims}
         self._linear = {v for v, k in self._kind.items() if k == "linear"}
-        # When set, candidates not measured yet are priced by this estimate instead of being
-        # measured on the spot (compile.plan_kernels measures what the final plan picks).
-        self.fallback: Callable[[Candidate], float | None] | None = None
         # The analytical estimate stored next to each price (a price far above it is re-measured).
         self.roofline = roofline
         # Refuse to store a price that never settles (raise instead): ``compile(require_quiet=True)``.
         self.require_quiet = require_quiet
         # Where candidates are measured: here (None) or on a cluster (orchestrate.cluster.RayTuning).
         self.cluster = cluster
-
-    def key(self, cand: Candidate) -> str:
-        return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
 
     def can_generate(self, cand: Candidate) -> bool:
         """kernorch's code generator can build it, or (for kernels with a linear prim) a provider can."""
@@ -238,33 +232,10 @@ class MeasuredCost:
     def _roofline(self, cand: Candidate) -> float | None:
         return None if self.roofline is None else self.roofline(cand)
 
-    def __call__(self, cand: Candidate) -> float | None:
-        k = self.key(cand)
-        if k not in self._memo:
-            if self.fallback is not None:
-                return self.fallback(cand)
-            self.prefetch([cand])
-        return self._memo.get(k)
-
-    def has(self, cand: Candidate) -> bool:
-        """Whether ``cand`` has been measured (or found in the database)."""
-        return self.key(cand) in self._memo
-
     def prefetch(self, cands: Iterable[Candidate]) -> None:
         """Measure every candidate not yet in the database, here or on the cluster, and store each
         result as it arrives (this process is the database's one writer)."""
-        todo: dict[str, Candidate] = {}
-        for c in cands:
-            k = self.key(c)
-            if k not in self._memo and k not in todo:
-                todo[k] = c
-        if not todo:
-            return
-        known = self.db.get_many(list(todo), self.target, CODEGEN_VERSION)
-        for k, recs in known.items():
-            self._remember(k, recs)
-            self.stats.cached += 1
-            del todo[k]
+        todo = self._unknown(cands, CODEGEN_VERSION)
         if not todo:
             return
         items = list(todo.items())

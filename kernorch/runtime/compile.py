@@ -11,13 +11,10 @@ from contextlib import contextmanager
 from typing import Any, Mapping, Sequence
 
 from kernorch import codegen
-from kernorch.codegen.build import default_threads
 from kernorch.errors import KernorchError
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
-from kernorch.orchestrate.cluster import cluster_from
-from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import DEFAULT_PROVIDERS, MeasuredCost, external_providers, ordered_outputs
@@ -29,6 +26,7 @@ from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
+from kernorch import targets
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
@@ -37,6 +35,7 @@ COSTS = ("measured", "model")
 # Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
 # about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
 TUNING_BUDGET = 3000
+TARGET_OPTIONS = ("threads", "providers", "cluster", "require_quiet", "cuda_options")  # what targets.make takes
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -130,27 +129,33 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
             cluster: Any = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
-    ``cuda_options`` is a runtime.cuda_measure.CudaOptions). ``cluster="ray"`` (or
-    ``"ray:ADDRESS"``) measures candidates on a Ray cluster. See README "Python API"."""
-    if target == "cuda":
-        _check_options(strategy, cost, cluster)
-        from kernorch.runtime.cuda_compile import compile_cuda
-
-        return compile_cuda(model, example_inputs, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes,
-                            rewrites=rewrites, knobs=knobs, progress=progress, dynamo=dynamo, options=cuda_options)
-    if target != "cpu":
-        raise KernorchError(f"unknown target {target!r}; choose 'cpu' or 'cuda'")
-    threads = threads or default_threads()
+    ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
+    ``"ray:ADDRESS"``) measures candidates on a Ray cluster. One pipeline for every target
+    (targets/): an option a target cannot honour is rejected. See README "Python API"."""
+    _check_options(strategy, cost, cluster)
+    tgt = targets.make(target, threads=threads, providers=providers, cluster=cluster, require_quiet=require_quiet,
+                       cuda_options=cuda_options)
     t0 = time.perf_counter()
     g, plan, whole, measured, ext, rep = _orchestrate(
-        model, example_inputs, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes, rewrites=rewrites,
-        threads=threads, knobs=knobs, progress=progress, dynamo=dynamo, providers=providers, regions=regions,
-        tuning_budget=tuning_budget, require_quiet=require_quiet, cluster=cluster)
+        model, example_inputs, target=tgt, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes,
+        rewrites=rewrites, knobs=knobs, progress=progress, dynamo=dynamo, regions=regions, tuning_budget=tuning_budget)
     t3 = time.perf_counter()
+    if tgt.name == "cuda":
+        from kernorch.runtime.cuda_compile import build_plan_cuda
+
+        compiled, fallbacks = build_plan_cuda(g, plan, tgt.device, tgt.options, measured if cost == "measured" else None)
+        rep.failed += len(fallbacks)
+        rep.failures = (rep.failures + fallbacks)[:20]
+        return _finish(compiled, plan, rep, g, t0, t3)
+    threads = tgt.threads
     compiled = build_plan(g, plan, threads, measured if cost == "measured" else None, ext)
     if whole is not None:
         with _progress_bar(progress, "timing the plan and the whole model as one region end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep)
+    return _finish(compiled, plan, rep, g, t0, t3)
+
+
+def _finish(compiled, plan: Plan, rep: CompileReport, g: Graph, t0: float, t3: float) -> CompiledModel:
     rep.plan_summary = plan.summary()
     rep.seconds["build"] = time.perf_counter() - t3
     rep.seconds["total"] = time.perf_counter() - t0
@@ -158,12 +163,14 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
 
 
 def tune(model: Any, example_inputs: Any = None, **options: Any) -> CompileReport:
-    """Measure what compiling ``model`` would measure (same options as ``compile``, CPU target)
-    and store it in the tuning database, without building the compiled model: ``kernorch tune``."""
-    options.setdefault("threads", default_threads())
+    """Measure what compiling ``model`` would measure (same options as ``compile``) and store it
+    in the tuning database, without building the compiled model: ``kernorch tune``."""
     options.setdefault("cost", "measured")
+    made = {k: options.pop(k) for k in TARGET_OPTIONS if k in options}
+    _check_options(options.get("strategy", "optimal"), options["cost"], made.get("cluster"))
+    tgt = targets.make(options.pop("target", "cpu"), **made)
     t0 = time.perf_counter()
-    *_, rep = _orchestrate(model, example_inputs, **options)
+    *_, rep = _orchestrate(model, example_inputs, target=tgt, **options)
     rep.seconds["total"] = time.perf_counter() - t0
     return rep
 
@@ -177,17 +184,15 @@ def _check_options(strategy: str, cost: str, cluster: Any) -> None:
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
 
 
-def _orchestrate(model: Any, example_inputs: Any, *, strategy: str = "optimal", cost: str = "measured",
-                 db: str | os.PathLike | TuningDB | None = None, input_shapes=None,
-                 rewrites: Sequence[str] = DEFAULT_RULES, threads: int, knobs: Knobs | None = None,
-                 progress: bool = True, dynamo: bool = False, providers: Sequence[str] | None = DEFAULT_PROVIDERS,
-                 regions: bool = True, tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
-                 cluster: Any = None):
-    """Import, rewrite and plan (measuring into the database): (graph, plan, whole-graph region
-    plan or None, the measured cost, external providers, report)."""
-    _check_options(strategy, cost, cluster)
-    busy = check_free_cores(threads, require_quiet) if cost == "measured" and cluster is None else ""
-    knobs = knobs or Knobs()
+def _orchestrate(model: Any, example_inputs: Any, *, target: targets.Target, strategy: str = "optimal",
+                 cost: str = "measured", db: str | os.PathLike | TuningDB | None = None, input_shapes=None,
+                 rewrites: Sequence[str] = DEFAULT_RULES, knobs: Knobs | None = None, progress: bool = True,
+                 dynamo: bool = False, regions: bool = True, tuning_budget: int | None = TUNING_BUDGET):
+    """Import, rewrite and plan on ``target`` (measuring into the database): (graph, plan,
+    whole-graph region plan or None, the measured cost, external providers, report)."""
+    cores = target.host_cores(cost)
+    busy = check_free_cores(cores, target.require_quiet) if cores else ""
+    knobs = target.knobs(knobs or Knobs())
     if not regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if cost == "measured" and knobs.max_candidates is None and tuning_budget is not None:
@@ -209,17 +214,15 @@ def _orchestrate(model: Any, example_inputs: Any, *, strategy: str = "optimal", 
         return g.kernel_key(c.nodes, ordered_outputs(pos, c))
 
     t2 = time.perf_counter()
-    roofline = calibrate_cached()
+    roofline = target.roofline()
     own_db = db is None or not isinstance(db, TuningDB)
     tdb = db if isinstance(db, TuningDB) else TuningDB(db)
     try:
-        ext = external_providers(threads, providers)
-        with cluster_from(cluster) as workers:
-            measured = MeasuredCost(g, tdb, threads=threads, providers=ext, roofline=roofline.bind(dag),
-                                    require_quiet=require_quiet, cluster=workers)
+        with target.measurer(g, tdb, roofline.bind(dag)) as measured:
+            ext = measured.providers
             try:
                 plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress,
-                                    "")
+                                    target.where)
             except SolverError as e:
                 raise _no_plan(e, measured) from None
             whole = None
@@ -259,9 +262,9 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     so every kernel of the final plan was verified and timed. Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
-    region_cost = getattr(measured, "region", None) if getattr(measured, "providers", None) else None
+    region_cost = measured.region if measured.providers else None
     floor = None
-    if region_cost is not None and knobs.regions and strategy == "optimal" and hasattr(measured, "has"):
+    if region_cost is not None and knobs.regions and strategy == "optimal":
         scale, per_op = _roofline_scale(dag, rough, measured, key_fn, knobs, progress, where)
         rep.roofline_scale = scale
         rough = _scaled(rough, scale)
@@ -283,9 +286,6 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         measured.progress = update
         measured.prefetch(todo)
     measured.progress = None
-    if not hasattr(measured, "has"):  # a cost that measures on demand (the CUDA target)
-        return record_measurements(orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost),
-                           measured, rep)
     measured.fallback = rough
     try:
         for _ in range(16):
@@ -366,17 +366,6 @@ def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, 
     timed = [(c, m, r) for c, m, r in timed if m is not None and r]
     scale = sum(m for _, m, _ in timed) / sum(r for _, _, r in timed) if timed else 1.0
     return scale, [(c, m) for c, m, _ in timed]
-
-
-_ROOFLINE: RooflineCost | None = None
-
-
-def calibrate_cached() -> RooflineCost:
-    """The machine's roofline constants, measured once per process."""
-    global _ROOFLINE
-    if _ROOFLINE is None:
-        _ROOFLINE = calibrate()
-    return _ROOFLINE
 
 
 def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,

@@ -1,100 +1,21 @@
-"""The pipeline for target "cuda": the CPU pipeline's import, rewrites and orchestration, with
-GPU costs (cuda_measure.py, or a roofline calibrated on the GPU) and kernels built as Triton
-programs (memory-bound prims) or torch calls on CUDA tensors (linear prims)."""
+"""Building a plan for target "cuda" (planned by the one pipeline, runtime/compile.py, with
+targets/cuda.py's costs): kernels built as Triton programs (memory-bound prims) or torch calls
+on CUDA tensors (linear prims), in a CUDA executable (cuda_exec.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
-import time
 import warnings
 from typing import Any
 
 import torch
 
-from kernorch.codegen.triton_kernel import HostKernel, TritonKernel, build_cuda, cuda_device, precompile
+from kernorch.codegen.triton_kernel import HostKernel, TritonKernel, build_cuda, precompile
 from kernorch.ir.graph import Graph
-from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.cost import RooflineCost
-from kernorch.orchestrate.from_graph import dag_from_graph
-from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import ordered_outputs
 from kernorch.orchestrate.plan import Plan
-from kernorch.orchestrate.tuning_db import TuningDB
-from kernorch.rewrite.pipeline import apply_rewrites
 from kernorch.runtime.cuda_exec import cuda_executable
-from kernorch.runtime.cuda_measure import CudaMeasuredCost, CudaOptions, config_of, verify_on_device
 from kernorch.runtime.executable import KernelInfo
-
-_ROOFLINE: dict[str, RooflineCost] = {}
-
-
-def gpu_roofline(device: torch.device) -> RooflineCost:
-    """Bandwidth from a device copy, peak from a float32 matmul, overhead of one graph node;
-    on the interpreter (CPU tensors) the CPU defaults."""
-    key = str(device)
-    if key not in _ROOFLINE:
-        if device.type != "cuda":
-            _ROOFLINE[key] = RooflineCost()
-        else:
-            from kernorch.runtime.cuda_measure import time_on_device
-
-            src = torch.empty(64 << 20, dtype=torch.float32, device=device)
-            dst = torch.empty_like(src)
-            a = torch.randn(2048, 2048, device=device)
-            copy = time_on_device(lambda: dst.copy_(src), device)
-            mm = time_on_device(lambda: a @ a, device)
-            _ROOFLINE[key] = RooflineCost(2 * src.numel() * 4 / copy, 2 * 2048 ** 3 / mm, 3e-6)
-    return _ROOFLINE[key]
-
-
-def compile_cuda(model: Any, example_inputs: Any, *, strategy: str, cost: str, db, input_shapes, rewrites,
-                 knobs: Knobs | None, progress: bool, dynamo: bool, options: CudaOptions | None):
-    """See runtime.compile.compile; ``options`` are the CUDA target's (CudaOptions)."""
-    from kernorch.runtime.compile import load_graph, plan_kernels
-    from kernorch.runtime.report import CompileReport
-    from kernorch.runtime.model import CompiledModel
-
-    options = options or CudaOptions()
-    device = torch.device(options.device) if options.device else cuda_device()
-    knobs = knobs or Knobs()
-    if knobs.solver_backend == "highs" and importlib.util.find_spec("highspy") is None:
-        knobs = dataclasses.replace(knobs, solver_backend="scipy")  # GPU images often lack highspy
-    rep = CompileReport(strategy, cost)
-    t0 = time.perf_counter()
-    g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
-    rep.opaque = dict(imp.opaque)
-    rep.seconds["import"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    g, rep.rewrites = apply_rewrites(g, rewrites)
-    rep.prims = len(g.prims)
-    rep.seconds["rewrite"] = time.perf_counter() - t1
-
-    dag = dag_from_graph(g)
-    pos = {p.output: i for i, p in enumerate(g.prims)}
-
-    def key_fn(c: Candidate) -> str:
-        return g.kernel_key(c.nodes, ordered_outputs(pos, c))
-
-    t2 = time.perf_counter()
-    rough = gpu_roofline(device).bind(dag)
-    own_db = not isinstance(db, TuningDB)
-    tdb = db if isinstance(db, TuningDB) else TuningDB(db)
-    try:
-        measured = CudaMeasuredCost(g, tdb, device, options)
-        plan = plan_kernels(dag, strategy, cost, rough, measured, key_fn, knobs, rep, progress, f" on {device}")
-    finally:
-        if own_db:
-            tdb.close()
-    rep.seconds["orchestrate"] = time.perf_counter() - t2
-    rep.plan_summary = plan.summary()
-    t3 = time.perf_counter()
-    ex, fallbacks = build_plan_cuda(g, plan, device, options, measured if cost == "measured" else None)
-    rep.failed += len(fallbacks)
-    rep.failures = (rep.failures + fallbacks)[:20]
-    rep.seconds["build"] = time.perf_counter() - t3
-    rep.seconds["total"] = time.perf_counter() - t0
-    return CompiledModel(ex, rep, g)
+from kernorch.targets.cuda_measure import CudaMeasuredCost, CudaOptions, config_of, verify_on_device
 
 
 def build_plan_cuda(g: Graph, plan: Plan, device: torch.device, options: CudaOptions,

@@ -27,7 +27,7 @@ from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
-from kernorch.runtime.cuda_measure import CudaOptions, tf32
+from kernorch.targets.cuda_measure import CudaOptions, tf32
 from kernorch.runtime.executable import Executable, KernelInfo, Signature
 
 TARGET = "cuda"

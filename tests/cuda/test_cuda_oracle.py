@@ -33,7 +33,7 @@ class _OffKernel:
 
 @pytest.mark.parametrize("tight", [False, True])
 def test_the_cuda_measurer_uses_the_policy(monkeypatch, tmp_path, tight):
-    from kernorch.runtime.cuda_measure import CudaMeasuredCost, verify_on_device
+    from kernorch.targets.cuda_measure import CudaMeasuredCost, verify_on_device
 
     if tight:
         monkeypatch.setitem(oracle.REL_TOL, "float32", 1e-6)

@@ -2,7 +2,8 @@
 
 ir is the bottom and imports nothing else from kernorch; frontend / fission / rewrite / codegen
 (and kernel providers) build on ir; orchestrate on codegen + ir, except the solver, which works on
-an abstract DAG and must stay free of both; runtime on everything below; only the top-level
+an abstract DAG and must stay free of both; targets (the Target seam: what a device kind brings to
+the one pipeline) on orchestrate and below; runtime on everything below; only the top-level
 ``kernorch/__init__.py`` and ``cli.py`` reach runtime. Imports inside functions count too (a lazy
 import is still a dependency); only ``if TYPE_CHECKING:`` blocks are exempt.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "kernorch"
 
 # subpackage -> the other kernorch subpackages it may import ("errors" is the shared module)
-BELOW_RUNTIME = {"ir", "frontend", "fission", "rewrite", "codegen", "providers", "orchestrate", "errors"}
+BELOW_RUNTIME = {"ir", "frontend", "fission", "rewrite", "codegen", "providers", "orchestrate", "targets", "errors"}
 ALLOWED = {
     "ir": set(),
     "frontend": {"ir", "fission", "errors"},     # importing a model is load + fission
@@ -22,6 +23,7 @@ ALLOWED = {
     "codegen": {"ir", "errors"},
     "providers": {"ir", "codegen", "errors"},
     "orchestrate": {"ir", "codegen", "providers", "errors"},  # providers price candidates too
+    "targets": {"ir", "codegen", "providers", "orchestrate", "errors"},  # never runtime: it runs on them
     "runtime": BELOW_RUNTIME,
     "errors": set(),
     "__main__": {"cli"},

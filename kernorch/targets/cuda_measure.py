@@ -28,6 +28,7 @@ from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.measure import MeasureStats, ordered_outputs
+from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
 CUDA_CODEGEN_VERSION = "t1"
@@ -129,9 +130,9 @@ def verify_on_device(g: Graph, kern, members, device: torch.device) -> str | Non
     return None if ok else detail
 
 
-class CudaMeasuredCost:
+class CudaMeasuredCost(PricedCandidates):
     """``cost(candidate) -> seconds | None`` on the GPU, backed by the tuning database (the same
-    interface as orchestrate.measure.MeasuredCost)."""
+    interface as orchestrate.measure.MeasuredCost; keys, memo and look-ups: orchestrate.priced)."""
 
     def __init__(self, g: Graph, db: TuningDB, device: torch.device, options: CudaOptions = CudaOptions(),
                  progress: Callable[[int, int], None] | None = None) -> None:
@@ -139,35 +140,14 @@ class CudaMeasuredCost:
         self.target = f"cuda-{device_name(device)}" + ("-tf32" if options.allow_tf32 else "")
         self.progress = progress
         self.stats = MeasureStats()
-        self.best: dict[str, Record] = {}
-        self._memo: dict[str, float | None] = {}
-        self._pos = {p.output: i for i, p in enumerate(g.prims)}
-
-    def key(self, cand: Candidate) -> str:
-        return self.g.kernel_key(cand.nodes, ordered_outputs(self._pos, cand))
+        self._start_memo()
+        self.providers: list = []  # no external kernel provider runs on CUDA here
 
     def can_generate(self, cand: Candidate) -> bool:
         return why_not_triton(self.g, cand.nodes, ordered_outputs(self._pos, cand)) is None
 
-    def __call__(self, cand: Candidate) -> float | None:
-        k = self.key(cand)
-        if k not in self._memo:
-            self.prefetch([cand])
-        return self._memo.get(k)
-
     def prefetch(self, cands: Iterable[Candidate]) -> None:
-        todo: dict[str, Candidate] = {}
-        for c in cands:
-            k = self.key(c)
-            if k not in self._memo and k not in todo:
-                todo[k] = c
-        if not todo:
-            return
-        known = self.db.get_many(list(todo), self.target, CUDA_CODEGEN_VERSION)
-        for k, recs in known.items():
-            self._remember(k, recs)
-            self.stats.cached += 1
-            del todo[k]
+        todo = self._unknown(cands, CUDA_CODEGEN_VERSION)
         items = list(todo.items())
         batches = [items[i:i + BATCH] for i in range(0, len(items), BATCH)]
         built = self._build(batches[0]) if batches else []

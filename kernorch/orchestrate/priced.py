@@ -1,0 +1,63 @@
+"""What every target's measurer shares (orchestrate.measure.MeasuredCost on CPU,
+targets.cuda_measure.CudaMeasuredCost on CUDA): candidates keyed canonically, prices memoized
+per key, an estimate standing in for candidates not measured yet (``fallback``, set by
+compile.plan_kernels), and the tuning database consulted before anything is measured."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from kernorch.ir.graph import Graph
+from kernorch.orchestrate.candidate import Candidate
+from kernorch.orchestrate.tuning_db import Record, TuningDB
+
+
+class PricedCandidates:
+    """Subclasses set ``g``, ``db``, ``target`` (the database's target name), ``stats`` and
+    ``progress``, call ``_start_memo()``, and implement ``prefetch`` and ``_remember``."""
+
+    g: Graph
+    db: TuningDB
+    target: str
+
+    def _start_memo(self) -> None:
+        self._pos = {p.output: i for i, p in enumerate(self.g.prims)}
+        self._memo: dict[str, float | None] = {}
+        self.best: dict[str, Record] = {}
+        self.fallback: Callable[[Candidate], float | None] | None = None
+
+    def key(self, cand: Candidate) -> str:
+        return self.g.kernel_key(cand.nodes, sorted(cand.outputs, key=self._pos.__getitem__))
+
+    def __call__(self, cand: Candidate) -> float | None:
+        k = self.key(cand)
+        if k not in self._memo:
+            if self.fallback is not None:
+                return self.fallback(cand)
+            self.prefetch([cand])
+        return self._memo.get(k)
+
+    def has(self, cand: Candidate) -> bool:
+        """Whether ``cand`` has been measured (or found in the database)."""
+        return self.key(cand) in self._memo
+
+    def prefetch(self, cands: Iterable[Candidate]) -> None:
+        raise NotImplementedError
+
+    def _remember(self, key: str, recs: dict[str, Record]) -> None:
+        raise NotImplementedError
+
+    def _unknown(self, cands: Iterable[Candidate], version: str) -> dict[str, Candidate]:
+        """The candidates (by key, first of each) neither priced in this process nor stored in
+        the database for ``version`` of the code generator; stored ones are remembered."""
+        todo: dict[str, Candidate] = {}
+        for c in cands:
+            k = self.key(c)
+            if k not in self._memo and k not in todo:
+                todo[k] = c
+        if todo:
+            for k, recs in self.db.get_many(list(todo), self.target, version).items():
+                self._remember(k, recs)
+                self.stats.cached += 1
+                del todo[k]
+        return todo
