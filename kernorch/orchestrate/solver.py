@@ -101,7 +101,6 @@ class _Model:
         for k, ws in enumerate(p.writes):
             for v in dict.fromkeys(ws):
                 writers.setdefault(v, []).append(k)
-        self.writers = writers
         readers: dict[Hashable, list[int]] = {}
         for k, rs in enumerate(p.reads):
             for v in dict.fromkeys(rs):
@@ -127,7 +126,6 @@ class _Model:
         for ks in p.covers:
             self.add_row(list(ks), [1.0] * len(ks), 1.0, math.inf)
         self.y_of = y_of
-        self.base_rows = len(self.lo)
 
     def add_row(self, cols: Sequence[int], vals: Sequence[float], lo: float, hi: float) -> None:
         self.indices.extend(cols)
@@ -320,10 +318,13 @@ def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) ->
     import highspy
 
     h = _quiet_highs(highspy)
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.setOptionValue("mip_rel_gap", float(gap))
-    h.setOptionValue("threads", 1)
+    ok = highspy.HighsStatus.kOk
+    # HiGHS answers a misspelt option or a bad value with a status, not an exception: check it, or
+    # a solve would silently run without its time limit or gap.
+    for name, value in [("output_flag", False), ("time_limit", float(time_limit_s)), ("mip_rel_gap", float(gap)),
+                        ("threads", 1)]:
+        if h.setOptionValue(name, value) != ok:
+            raise SolverError(f"HiGHS rejected option {name}={value!r}")
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_ = m.n_cols
@@ -338,7 +339,8 @@ def _run_highs(m: _Model, costs: np.ndarray, time_limit_s: float, gap: float) ->
     lp.a_matrix_.index_ = np.asarray(m.indices, dtype=np.int32)
     lp.a_matrix_.value_ = np.asarray(m.data, dtype=float)
     lp.integrality_ = [highspy.HighsVarType.kInteger] * m.n_cols
-    h.passModel(lp)
+    if h.passModel(lp) != ok:  # e.g. arrays of the wrong length (HiGHS warns and goes on)
+        raise SolverError("HiGHS rejected the model")
     h.run()
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
