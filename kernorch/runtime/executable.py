@@ -17,7 +17,7 @@ import torch
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
-from kernorch.runtime.native import NativeRun, can_run_natively
+from kernorch.runtime.calls import NATIVE, CallPlan, as_tensor
 
 
 class RuntimeKernel(Protocol):
@@ -34,7 +34,7 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": t
 
 def to_tensor(a: Any) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
-        return a.contiguous()
+        return a.detach().cpu().contiguous()
     a = np.asarray(a)
     a = a if a.flags.c_contiguous else np.array(a, order="C")  # (ascontiguousarray makes rank 0 1-d)
     return torch.from_numpy(a if a.flags.writeable else a.copy())
@@ -51,6 +51,8 @@ class ProviderKernel:
         self.outputs = tuple(built.outputs)
         if built.run_into is not None:
             self._run = built.run_into
+        # Returns fresh NumPy outputs (used when every output is a graph output: nothing to copy).
+        self.run_numpy = getattr(built, "run_numpy", None)
 
     def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         for o, r in zip(outs, self.built.run(ins)):
@@ -100,7 +102,7 @@ class Executable:
         self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs))
         self._views: list[dict[int, torch.Tensor]] | None = None
         self._prog: list | None = None
-        self._native: list | None = None
+        self._call_plans: dict[bool, CallPlan] = {}
         self.native = True  # runs of C kernels in one native call (see runtime/native.py)
 
     def _arena(self) -> list[dict[int, torch.Tensor]]:
@@ -127,63 +129,65 @@ class Executable:
             self._prog = prog
         return self._prog
 
-    def _native_program(self) -> list:
-        """The program with each run of consecutive C kernels merged into one ``NativeRun``."""
-        if self._native is None:
-            steps: list = []
-            run: list = []
-            for entry in self._program() + [None]:
-                if entry is not None and can_run_natively(entry[0]):
-                    run.append(entry)
-                    continue
-                if run:
-                    steps.append(NativeRun(run, self.types))
-                    run = []
-                if entry is not None:
-                    steps.append(entry)
-            self._native = steps
-        return self._native
+    def _calls(self) -> CallPlan:
+        """The prepared call for the current ``native`` setting (built at its first use)."""
+        plan = self._call_plans.get(self.native)
+        if plan is None:
+            plan = self._call_plans[self.native] = CallPlan(self.sig.graph, self._program(), self.types, self.native)
+        return plan
 
-    def _new_output(self, v: int) -> torch.Tensor:
-        shape, dtype = self.types[v]
-        return torch.empty(shape, dtype=TORCH_DTYPES[dtype])
+    def _native_program(self) -> list:
+        """The steps of a native call: runs of consecutive C kernels are ``NativeRun``s."""
+        return [s[1] if s[0] == NATIVE else s for s in self._calls().steps]
 
     def run_ids(self, feeds: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """Run the plan: runs of C kernels in one native call each (``native``), or every
         kernel from the Python loop (``native = False``: debugging and per-kernel profiles)."""
-        env: dict[int, torch.Tensor] = dict(feeds)
-        for step in self._native_program() if self.native else self._program():
-            if isinstance(step, NativeRun):
-                step(env, self._new_output)
-                continue
-            kern, ins, dyn_in, outs, dyn_out = step
-            if dyn_in:
-                ins = list(ins)
-                for i, v in dyn_in:
-                    ins[i] = env[v]
-            if dyn_out:
-                outs = list(outs)
-                for i, v in dyn_out:
-                    t = env.get(v)
-                    if t is None:
-                        t = env[v] = self._new_output(v)
-                    outs[i] = t
-            kern._run(ins, outs)
-        return {v: env[v] for v in self.sig.graph.outputs}
+        outs = self._calls()([feeds[v] for v in self.sig.graph.inputs], False)
+        return dict(zip(self.sig.graph.outputs, outs))
 
     def run(self, feeds) -> dict[str, torch.Tensor]:
         """``{input name: array}`` (or a list in input order) -> ``{output name: tensor}``."""
-        checked = check_inputs(self.sig.graph, feeds)
+        g = self.sig.graph
+        if isinstance(feeds, dict) and len(feeds) == len(g.inputs):
+            try:
+                args = [feeds[g.name(v)] for v in g.inputs]
+            except KeyError:
+                args = None
+            vals = self._fast(args) if args is not None else None
+            if vals is not None:
+                return {g.name(v): as_tensor(t) for v, t in zip(g.outputs, vals)}
+        checked = check_inputs(g, feeds)
         out = self.run_ids({v: to_tensor(a) for v, a in checked.items()})
-        return {self.sig.graph.name(v): t for v, t in out.items()}
+        return {g.name(v): t for v, t in out.items()}
 
     def __call__(self, *args):
-        checked = check_inputs(self.sig.graph, list(args))
-        out = self.run_ids({v: to_tensor(a) for v, a in checked.items()})
-        vals = [out[v] for v in self.sig.graph.outputs]
-        if args and all(isinstance(a, np.ndarray) for a in args):
-            vals = [t.numpy() for t in vals]
+        vals = self._fast(args)
+        if vals is None:
+            checked = check_inputs(self.sig.graph, list(args))
+            vals = self._calls()([to_tensor(checked[v]) for v in self.sig.graph.inputs], False)
+            if args and all(isinstance(a, np.ndarray) for a in args):
+                vals = [t.numpy() for t in vals]
         return vals[0] if len(vals) == 1 else tuple(vals)
+
+    def _fast(self, args) -> list | None:
+        """The outputs, when ``args`` are all C-contiguous NumPy arrays or all contiguous CPU tensors
+        (no autograd) of exactly the expected shapes and dtypes; else None (the checked path then
+        converts what it can and names what it cannot)."""
+        plan = self._calls()
+        specs = plan.specs
+        if len(args) != len(specs) or not args:
+            return None
+        if type(args[0]) is np.ndarray:
+            for a, (shape, dtype, _) in zip(args, specs):
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                    return None
+            return plan(args, True)
+        for a, (shape, _, dtype) in zip(args, specs):
+            if (type(a) is not torch.Tensor or a.dtype != dtype or a.shape != shape or a.requires_grad
+                    or not a.is_cpu or not a.is_contiguous()):
+                return None
+        return plan(args, False)
 
     def profile(self, feeds, repeat: int = 10) -> list[float]:
         """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronous)."""

@@ -2,40 +2,64 @@
 
 The executor's Python loop costs microseconds per kernel (argument lists, ctypes marshalling);
 a model of a hundred small kernels pays that a hundred times per inference. A run of consecutive
-C kernels instead becomes one call of ``kn_run_all`` (a fixed driver compiled once per machine),
-which calls each kernel's function pointer with an argument array prepared at build time: arena
-slots and constants have fixed addresses, so per call only the pointers of graph inputs and
-outputs are written. Kernels of other providers (PyTorch linear kernels, onnxruntime, OpenVINO)
-stay Python calls between runs. Results are bit-identical to the Python loop: the same kernel
-functions run on the same buffers in the same order.
+C kernels instead becomes one call of ``kn_run_all`` (a fixed driver compiled once per machine)
+on a plan struct prepared at build time: each kernel's function pointer and argument array, with
+arena slots and constants at fixed addresses. The only per-call data is one table of pointers
+(the call's graph inputs and outputs, calls.py); the driver copies them into the argument arrays
+at the positions the plan lists, then calls the kernels in order. Kernels of other providers
+(PyTorch linear kernels, onnxruntime, OpenVINO) stay Python calls between runs. Results are
+bit-identical to the Python loop: the same kernel functions run on the same buffers in order.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
-
-import torch
+from collections.abc import Mapping, Sequence
 
 from kernorch.codegen import toolchain
+from kernorch.errors import CompilerError
 
 DRIVER = """
 typedef void (*kn_kernel)(void *const *args, int nthreads);
-void kn_run_all(int n, const kn_kernel *fns, void *const *const *args, const int *threads) {
-    for (int i = 0; i < n; i++)
-        fns[i](args[i], threads[i]);
+typedef struct {
+    int n, npatch;
+    const kn_kernel *fns;
+    void **const *args;
+    const int *threads;
+    const int *patch; /* npatch triples: kernel, argument position, index into dyn */
+} kn_plan;
+void kn_run_all(const kn_plan *p, void *const *dyn) {
+    for (int q = 0; q < p->npatch; q++)
+        p->args[p->patch[3 * q]][p->patch[3 * q + 1]] = dyn[p->patch[3 * q + 2]];
+    for (int i = 0; i < p->n; i++)
+        p->fns[i](p->args[i], p->threads[i]);
 }
 """
+
+
+class _Plan(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int), ("npatch", ctypes.c_int), ("fns", ctypes.c_void_p), ("args", ctypes.c_void_p),
+                ("threads", ctypes.c_void_p), ("patch", ctypes.c_void_p)]
 
 
 @functools.lru_cache(maxsize=None)
 def driver():
     """The ``kn_run_all`` entry point (built once, cached on disk like any kernel)."""
     fn = toolchain.load(toolchain.compile_source(DRIVER)).kn_run_all
-    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = None
     return fn
+
+
+def available() -> bool:
+    """Whether the driver can be built here (a model loaded with trusted libraries may run where
+    there is no compiler: then its calls run the Python loop)."""
+    try:
+        driver()
+    except CompilerError:
+        return False
+    return True
 
 
 def can_run_natively(kern) -> bool:
@@ -45,36 +69,33 @@ def can_run_natively(kern) -> bool:
 
 class NativeRun:
     """Consecutive C kernels as one C call. ``steps`` are the executor's program entries
-    (kernel, inputs, dynamic inputs, outputs, dynamic outputs); a dynamic position (a graph input
-    or output) is None in the lists and filled per call from the environment."""
+    (kernel, inputs, dynamic inputs, outputs, dynamic outputs): a dynamic position (a graph input
+    or output, None in the lists) is filled per call from the pointer table, at the index
+    ``index[value id]``."""
 
-    def __init__(self, steps: Sequence[tuple], types: dict) -> None:
-        self.types = types
+    def __init__(self, steps: Sequence[tuple], index: Mapping[int, int]) -> None:
         self.n = len(steps)
+        self._call = driver()
         self._fns = (ctypes.c_void_p * self.n)(*[ctypes.cast(s[0].fn, ctypes.c_void_p).value for s in steps])
         self._threads = (ctypes.c_int * self.n)(*[s[0].num_threads for s in steps])
         self._argv = []
-        self._dyn_in: list[tuple[ctypes.Array, int, int]] = []  # (argument array, slot, value id)
-        self._dyn_out: list[tuple[ctypes.Array, int, int]] = []
         self._keep = []  # tensors whose addresses are baked into the argument arrays
-        for kern, ins, dyn_in, outs, dyn_out in steps:
+        patch: list[int] = []
+        self.reads: set[int] = set()  # pointer-table indices the run reads
+        for k, (kern, ins, dyn_in, outs, dyn_out) in enumerate(steps):
             tensors = list(ins) + list(outs) + ([kern._ws] if kern.spec.workspace else [])
             arr = (ctypes.c_void_p * max(len(tensors), 1))(*[0 if t is None else t.data_ptr() for t in tensors])
             self._keep.extend(t for t in tensors if t is not None)
-            self._dyn_in.extend((arr, i, v) for i, v in dyn_in)
-            self._dyn_out.extend((arr, len(ins) + i, v) for i, v in dyn_out)
+            for pos, v in [(i, v) for i, v in dyn_in] + [(len(ins) + i, v) for i, v in dyn_out]:
+                patch += [k, pos, index[v]]
+                self.reads.add(index[v])
             self._argv.append(arr)
         self._args = (ctypes.c_void_p * self.n)(*[ctypes.addressof(a) for a in self._argv])
-        self._call = driver()
+        self._patch = (ctypes.c_int * max(len(patch), 1))(*patch)
+        self._plan = _Plan(self.n, len(patch) // 3, ctypes.addressof(self._fns), ctypes.addressof(self._args),
+                           ctypes.addressof(self._threads), ctypes.addressof(self._patch))
+        self.address = ctypes.addressof(self._plan)
 
-    def __call__(self, env: dict[int, torch.Tensor], new_output) -> None:
-        """Run the kernels; graph inputs come from ``env``, graph outputs are made by
-        ``new_output(value id)`` (and put in ``env``) unless an earlier kernel made them."""
-        for arr, i, v in self._dyn_out:  # first: a later kernel of the run may read a graph output
-            t = env.get(v)
-            if t is None:
-                t = env[v] = new_output(v)
-            arr[i] = t.data_ptr()
-        for arr, i, v in self._dyn_in:
-            arr[i] = env[v].data_ptr()
-        self._call(self.n, ctypes.addressof(self._fns), ctypes.addressof(self._args), ctypes.addressof(self._threads))
+    def __call__(self, table: int) -> None:
+        """Run the kernels; ``table`` is the address of the call's pointer table."""
+        self._call(self.address, table)

@@ -67,3 +67,78 @@ def test_saved_and_loaded_model_runs_natively(tmp_path):
     assert any(isinstance(s, NativeRun) for s in again.executable._native_program())
     x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
     assert np.array_equal(again(x), model(x))
+
+
+@pytest.fixture(scope="module")
+def chain_model(tmp_path_factory):
+    x, y = torch.randn(8, 33), torch.randn(8, 33)
+    return kernorch.compile(Chain(), (x, y), strategy="greedy", cost="model", providers=(), regions=False,
+                            progress=False, db=tmp_path_factory.mktemp("db") / "db.sqlite")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_every_way_of_calling_gives_the_same_bits(chain_model, native):
+    """NumPy, torch, mappings, non-contiguous and read-only arrays (the checked path) all agree with
+    eager PyTorch and with each other bit for bit."""
+    chain_model.executable.native = native
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal((8, 33)).astype(np.float32) for _ in range(2))
+    want = [t.numpy() for t in Chain()(torch.from_numpy(x), torch.from_numpy(y))]
+    ways = {
+        "numpy": chain_model(x, y),
+        "torch": [t.numpy() for t in chain_model(torch.from_numpy(x), torch.from_numpy(y))],
+        "run": list(v.numpy() for v in chain_model.run({"x": x, "y": y}).values()),
+        "strided": chain_model(np.asfortranarray(x), y),
+        "strided torch": [t.numpy() for t in chain_model(torch.from_numpy(x).t().contiguous().t(),
+                                                          torch.from_numpy(y))],
+        "grad": [t.numpy() for t in chain_model(torch.from_numpy(x).requires_grad_(), torch.from_numpy(y))],
+        "read-only": chain_model(np.frombuffer(x.tobytes(), np.float32).reshape(8, 33), y),
+    }
+    for name, got in ways.items():
+        for a, b in zip(got, ways["numpy"]):
+            assert np.array_equal(a, b), name
+    for a, b in zip(ways["numpy"], want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    chain_model.executable.native = True
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_results_survive_later_calls(chain_model, native):
+    """Every call returns fresh outputs: a later call never overwrites an earlier result."""
+    chain_model.executable.native = native
+    x, y = np.ones((8, 33), np.float32), np.full((8, 33), 2.0, np.float32)
+    first = chain_model(x, y)
+    kept = [a.copy() for a in first]
+    second = chain_model(x * 3, y)
+    third = chain_model(torch.from_numpy(x), torch.from_numpy(y))
+    for a, b in zip(first, kept):
+        assert np.array_equal(a, b)
+    assert all(a is not b for a, b in zip(first, second))
+    assert all(not np.shares_memory(a, b.numpy()) for a, b in zip(first, third))
+    chain_model.executable.native = True
+
+
+def test_wrong_inputs_are_named(chain_model):
+    from kernorch.errors import InputError
+
+    x = np.zeros((8, 33), np.float32)
+    with pytest.raises(InputError, match="'y'.*shape"):
+        chain_model(x, np.zeros((8, 32), np.float32))
+    with pytest.raises(InputError, match="'x'.*dtype"):
+        chain_model(x.astype(np.float64), x)
+    with pytest.raises(InputError, match="expected 2 input"):
+        chain_model(x)
+
+
+def test_calls_from_threads_do_not_mix(chain_model):
+    """Calls share the arena, so they take turns; each thread gets its own inputs' results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(8)
+    feeds = [tuple(rng.standard_normal((8, 33)).astype(np.float32) for _ in range(2)) for _ in range(16)]
+    want = [chain_model(*f) for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda f: chain_model(*f), feeds * 4))
+    for k, g in enumerate(got):
+        for a, b in zip(g, want[k % 16]):
+            assert np.array_equal(a, b)

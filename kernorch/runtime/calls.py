@@ -1,0 +1,158 @@
+"""One call of a compiled model, with the per-call work prepared once.
+
+A model of tiny kernels spends its time around the kernels, so everything a call can do ahead
+of time is done when the plan first runs: which values are the call's own (graph inputs, and
+graph outputs, which are fresh per call so results survive later calls), where each kernel finds
+them, their expected shapes and dtypes. A call then only checks its inputs against that list,
+allocates its outputs, writes their addresses into one pointer table and runs the steps: native
+runs of C kernels (native.py) read the table in C, the other kernels get tensors from a list.
+No dictionary is built per call. NumPy in gives NumPy out without wrapping anything in torch
+unless a Python-side kernel needs a tensor.
+
+An ``Executable`` runs one call at a time (calls from several threads wait for each other): the
+arena of intermediate buffers and the pointer table are shared by its calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from kernorch.runtime import native as native_runs
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+_TENSOR = torch.Tensor
+_NDARRAY = np.ndarray
+NATIVE, PYTHON, RETURNS = 0, 1, 2  # kinds of step
+
+
+def np_pointer(a: np.ndarray) -> int:
+    """The address of a contiguous array's data (the quick way needs a writable, non-empty buffer)."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+def pointer(a: Any) -> int:
+    return a.data_ptr() if type(a) is _TENSOR else np_pointer(a)
+
+
+def as_tensor(a: Any) -> torch.Tensor:
+    if isinstance(a, _TENSOR):
+        return a
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
+def as_array(a: Any) -> np.ndarray:
+    return a if type(a) is _NDARRAY else a.numpy()
+
+
+class CallPlan:
+    """The steps of one call over a table of the call's own values: graph inputs at 0..n-1, then
+    the graph outputs. ``program`` is the executor's per-kernel program (``Executable._program``):
+    per kernel (kernel, inputs, dynamic inputs, outputs, dynamic outputs). With ``native``, runs of
+    consecutive C kernels are one native call each."""
+
+    def __init__(self, graph, program: list, types: dict, native: bool) -> None:
+        from kernorch.runtime.executable import TORCH_DTYPES
+
+        def spec(v: int) -> tuple:
+            shape, dtype = types[v] if v in types else (graph.types[v].shape, graph.types[v].dtype)
+            return tuple(shape), np.dtype(dtype), TORCH_DTYPES[dtype]
+
+        self.specs = [spec(v) for v in graph.inputs]
+        index: dict[int, int] = {v: i for i, v in enumerate(graph.inputs)}
+        for v in graph.outputs:
+            index.setdefault(v, len(index))
+        self.size = len(index)
+        self.answer = [index[v] for v in graph.outputs]
+        native = native and native_runs.available()
+        steps: list[list] = []
+        run: list = []
+        for entry in program + [None]:
+            if native and entry is not None and native_runs.can_run_natively(entry[0]):
+                run.append(entry)
+                continue
+            if run:
+                steps.append([NATIVE, native_runs.NativeRun(run, index)])
+                run = []
+            if entry is not None:
+                steps.append(self._python_step(entry, index, spec))
+        self.native_runs = [s[1] for s in steps if s[0] == NATIVE]
+        read_natively = set().union(*(r.reads for r in self.native_runs))
+        returned = set()
+        for s in steps:
+            if s[0] == RETURNS:
+                s.append(tuple(i in read_natively for i in s[3]))
+                returned.update(s[3])
+        self.steps = [tuple(s) + (None,) * (5 - len(s)) for s in steps]
+        self.alloc = [(i,) + spec(v) for v, i in index.items() if i >= len(graph.inputs) and i not in returned]
+        self.table = (ctypes.c_void_p * max(self.size, 1))()
+        self.table_address = ctypes.addressof(self.table)
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _python_step(entry: tuple, index: dict[int, int], spec) -> list:
+        kern, ins, dyn_in, outs, dyn_out = entry
+        patch_in = [(i, index[v]) for i, v in dyn_in]
+        run_numpy = getattr(kern, "run_numpy", None)
+        if run_numpy is not None and len(dyn_out) == len(outs):
+            # Every output is the call's own: the kernel returns fresh arrays (no allocation, no copy).
+            np_ins = [None if t is None else t.numpy() for t in ins]
+            wants = [spec(v)[:2] for v in kern.outputs]
+            return [RETURNS, run_numpy, (np_ins, patch_in, wants), tuple(index[v] for v in kern.outputs)]
+        return [PYTHON, kern._run, (ins, patch_in), (outs, [(i, index[v]) for i, v in dyn_out])]
+
+    def __call__(self, args: Sequence[Any], numpy: bool) -> list:
+        """Run on checked, contiguous CPU ``args`` (NumPy arrays when ``numpy``, else tensors);
+        the outputs come back as NumPy arrays or tensors alike."""
+        with self.lock:
+            env = list(args)
+            env += [None] * (self.size - len(env))
+            table = self.table
+            for i, a in enumerate(args):
+                table[i] = pointer(a)
+            for i, shape, npt, tt in self.alloc:
+                if numpy:
+                    o = env[i] = np.empty(shape, npt)
+                    table[i] = np_pointer(o)
+                else:
+                    o = env[i] = torch.empty(shape, dtype=tt)
+                    table[i] = o.data_ptr()
+            for kind, fn, a, b, c in self.steps:
+                if kind == NATIVE:
+                    fn(self.table_address)
+                elif kind == PYTHON:
+                    ins, patch = a
+                    if patch:
+                        ins = list(ins)
+                        for pos, i in patch:
+                            ins[pos] = as_tensor(env[i])
+                    outs, patch = b
+                    if patch:
+                        outs = list(outs)
+                        for pos, i in patch:
+                            outs[pos] = as_tensor(env[i])
+                    fn(ins, outs)
+                else:
+                    self._returns(fn, a, b, c, env, numpy)
+            return [env[i] for i in self.answer]
+
+    def _returns(self, fn, a: tuple, outs_at: tuple, read_natively: tuple, env: list, numpy: bool) -> None:
+        ins, patch, wants = a
+        if patch:
+            ins = list(ins)
+            for pos, i in patch:
+                ins[pos] = as_array(env[i])
+        for i, r, (shape, dt), p in zip(outs_at, fn(ins), wants, read_natively):
+            if r.shape != shape or r.dtype != dt or not r.flags.c_contiguous:
+                r = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
+            env[i] = r if numpy else torch.from_numpy(r)
+            if p:
+                self.table[i] = pointer(env[i])
