@@ -13,7 +13,7 @@ from typing import Iterable, Sequence, Union
 
 from kernorch.codegen import toolchain
 from kernorch.codegen.c import HEADER, emit_kernel
-from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.feasible import kernel_kind, why_not
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.lower import lower
 from kernorch.codegen.runner import CKernel, Kernel, OpaqueKernel
@@ -40,13 +40,10 @@ def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph |
             continue
         graph, members, outputs = item
         members = set(members)
-        reason = why_not(graph, members, outputs)
-        if reason is not None:
-            raise CannotGenerate(reason)
-        kinds = {p.kind for p in kernel_prims(graph, members)}
-        if Kind.OPAQUE in kinds:
+        kind = kernel_kind(graph, members, outputs, why_not)
+        if kind is Kind.OPAQUE:
             out[k] = OpaqueKernel(graph, members)
-        elif Kind.LINEAR in kinds:
+        elif kind is Kind.LINEAR:
             from kernorch.codegen.linear import LinearKernel
 
             out[k] = LinearKernel(graph, members, outputs)

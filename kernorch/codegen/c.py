@@ -7,10 +7,7 @@ Element types: float, double, intN_t, uint8_t for bool (0/1).
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
+from kernorch.codegen import literals
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.ir import index as ix
 
@@ -92,18 +89,10 @@ static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 
 
 
 def literal(value, dtype: str) -> str:
-    if dtype.startswith("float"):
-        v = float(value)
-        if math.isnan(v):
-            return "NAN"
-        if math.isinf(v):
-            return "INFINITY" if v > 0 else "(-INFINITY)"
-        if dtype == "float32":
-            return repr(float(np.float32(v))) + "f"
-        return repr(v)
-    v = int(value)
-    if dtype == "bool":
-        return "1" if v else "0"
+    return literals.literal(value, dtype, "NAN", "INFINITY", "(-INFINITY)", "f", _integer)
+
+
+def _integer(v: int, dtype: str) -> str:
     if dtype == "int64" and v == -(1 << 63):
         return "(-INT64_C(9223372036854775807) - 1)"
     return f"INT64_C({v})" if dtype == "int64" else f"(({CTYPE[dtype]}){v})"

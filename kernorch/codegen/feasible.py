@@ -9,7 +9,7 @@ Cheap and compile-free: the orchestrator asks for every candidate. A candidate i
 from __future__ import annotations
 
 import weakref
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
 from kernorch.errors import KernorchError
@@ -50,6 +50,18 @@ def kernel_prims(g: Graph, members: Iterable[int]) -> list[Prim]:
     since the orchestrator asks about thousands of candidates of one graph."""
     pos = _info(g).pos
     return [g.prims[k] for k in sorted(pos[v] for v in members if v in pos)]
+
+
+def kernel_kind(g: Graph, members: set[int], outputs: Sequence[int],
+                why: Callable[[Graph, set[int], Sequence[int]], str | None]) -> Kind | None:
+    """How a target builds this kernel: Kind.OPAQUE (the node kept whole), Kind.LINEAR (a vendor
+    library call) or None (generated code); raises CannotGenerate with ``why``'s reason when the
+    target's code generator cannot."""
+    reason = why(g, members, outputs)
+    if reason is not None:
+        raise CannotGenerate(reason)
+    kinds = {p.kind for p in kernel_prims(g, members)}
+    return Kind.OPAQUE if Kind.OPAQUE in kinds else Kind.LINEAR if Kind.LINEAR in kinds else None
 
 
 def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | None:

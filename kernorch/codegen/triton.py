@@ -15,10 +15,9 @@ written with core ops there (same values within float tolerance).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from kernorch.codegen import literals
 from kernorch.codegen.feasible import kernel_prims, why_not
 from kernorch.codegen.kernel import Let
 from kernorch.codegen.lower_base import identity
@@ -145,16 +144,7 @@ def can_generate_triton(g: Graph, members, outputs) -> bool:
 
 
 def literal(value, dtype: str) -> str:
-    if dtype.startswith("float"):
-        v = float(value)
-        if math.isnan(v):
-            return "_NAN"
-        if math.isinf(v):
-            return "_INF" if v > 0 else "_NINF"
-        return repr(float(np.float32(v))) if dtype == "float32" else repr(v)
-    if dtype == "bool":
-        return "1" if value else "0"
-    return str(int(value))
+    return literals.literal(value, dtype, "_NAN", "_INF", "_NINF", "", lambda v, _: str(v))
 
 
 def full(shape: str, value, dtype: str) -> str:

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from kernorch.codegen.feasible import CannotGenerate, kernel_prims
+from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import TORCH_DTYPE, Kernel, OpaqueKernel, as_tensor
 from kernorch.codegen.toolchain import cache_dir
@@ -242,12 +242,9 @@ def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device:
     """One kernel for target "cuda" (Triton, torch linear or reference opaque)."""
     device = device or cuda_device()
     members = set(members)
-    reason = why_not_triton(g, members, outputs)
-    if reason is not None:
-        raise CannotGenerate(reason)
-    kinds = {p.kind for p in kernel_prims(g, members)}
-    if Kind.OPAQUE in kinds:
+    kind = kernel_kind(g, members, outputs, why_not_triton)
+    if kind is Kind.OPAQUE:
         return CudaOpaqueKernel(g, members, device)
-    if Kind.LINEAR in kinds:
+    if kind is Kind.LINEAR:
         return CudaLinearKernel(g, members, outputs, device)
     return TritonKernel(lower_triton(g, members, outputs, config or default_config(device)), g.types, device)
