@@ -24,7 +24,7 @@ declare -A TESTS=(
   [orchestrate/tuning_db.py]="tests/orchestrate/test_tuning_db.py tests/orchestrate/test_tuning_db_errors.py tests/orchestrate/test_safety_nets.py"
   [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py tests/runtime/test_memory_edges.py"
-  [orchestrate/solver.py]="tests/orchestrate/test_solver.py"
+  [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
 )
 ORDER=(orchestrate/measure.py providers/base.py providers/select.py ir/oracle.py orchestrate/tuning_db.py ir/index.py
        runtime/memory.py orchestrate/solver.py)
