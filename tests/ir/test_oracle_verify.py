@@ -1,0 +1,64 @@
+"""oracle.verify end to end (mutation testing found these paths unguarded): a kernel may write a
+value its own members also read, may take a scalar constant the subgraph kept as an immediate, and
+sees the same data whether or not the caller computed the reference once for several kernels.
+Oracle: NumPy on the feeds the kernel was handed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.ir import oracle
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import Op
+
+
+def _graph():
+    """y = -exp(x) * 2 (2 a rank-0 constant), graph output y only."""
+    b = Builder()
+    x = b.input((3, 4))
+    s = b.constant(np.array(2.0, np.float32))
+    e = b.unary(Op.EXP, x)
+    n = b.unary(Op.NEG, e)
+    y = b.binary(Op.MUL, n, s)
+    b.g.outputs = [y]
+    return b.g, x, s, e, n, y
+
+
+def test_a_kernel_may_write_a_value_its_members_read():
+    g, x, s, e, n, y = _graph()
+
+    def run(xs, wrong=1.0):
+        ex = np.exp(xs[0])
+        return [ex * wrong, -ex * xs[1]]
+
+    assert oracle.verify(run, [x, s], [e, y], g, {e, n, y}) == (True, 0.0, "ok")
+    ok, _, detail = oracle.verify(lambda xs: run(xs, 1.01), [x, s], [e, y], g, {e, n, y})
+    assert not ok and detail.startswith(f"output %{e}:")
+
+
+def test_a_scalar_constant_input_gets_its_real_value():
+    g, x, s, e, n, y = _graph()
+    seen = []
+
+    def run(xs):
+        seen.append(xs)
+        return [-np.exp(xs[0]) * xs[1]]
+
+    assert oracle.verify(run, [x, s], [y], g, {e, n, y})[0]
+    assert seen[0][1].shape == () and seen[0][1] == 2.0
+
+
+def test_the_kernel_sees_the_same_data_with_or_without_a_shared_reference():
+    g, x, s, e, n, y = _graph()
+    seen = []
+
+    def run(xs):
+        seen.append([a.copy() for a in xs])
+        return [-np.exp(xs[0]) * xs[1]]
+
+    oracle.verify(run, [x, s], [y], g, {e, n, y})
+    oracle.verify(run, [x, s], [y], g, {e, n, y})
+    shared = oracle.reference(g, g.subgraph({e, n, y}, [y]))  # what the measurer computes once
+    oracle.verify(run, [x, s], [y], g, {e, n, y}, shared)
+    assert all(np.array_equal(a, b) for other in seen[1:] for a, b in zip(seen[0], other))
+    assert np.array_equal(seen[0][0], oracle.random_feeds(g, [x])[x])  # seeded: the same every run
