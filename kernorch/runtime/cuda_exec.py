@@ -14,13 +14,11 @@ generated source is read back); nothing is re-tuned.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from kernorch.codegen.runner import TORCH_DTYPE
 from kernorch.codegen.triton_kernel import (CudaLinearKernel, CudaOpaqueKernel, HostKernel, TritonKernel, build_cuda,
                                             cuda_device, precompile)
 from kernorch.codegen.triton_lower import TritonConfig
@@ -28,7 +26,7 @@ from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
 from kernorch.targets.cuda_measure import CudaOptions, tf32
-from kernorch.runtime.executable import Executable, KernelInfo, Signature
+from kernorch.runtime.executable import Executable, KernelInfo, Signature, executable_for
 
 TARGET = "cuda"
 
@@ -50,17 +48,6 @@ class CudaExecutable(Executable):
         self._result: dict[int, torch.Tensor] = {}
         self._static_in: dict[int, torch.Tensor] = {}
         self._static_out: dict[int, torch.Tensor] = {}
-
-    def _arena(self) -> list[dict[int, torch.Tensor]]:
-        if self._views is None:
-            slots = [torch.empty(n, dtype=TORCH_DTYPE[d], device=self.device) for n, d in self.memory.slots]
-            self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
-        return self._views
-
-    def _empty(self, v: int) -> torch.Tensor:
-        shape, dtype = self.types[v] if v in self.types else (self.sig.graph.types[v].shape,
-                                                              self.sig.graph.types[v].dtype)
-        return torch.empty(shape, dtype=TORCH_DTYPE[dtype], device=self.device)
 
     def _execute(self, feeds: dict[int, torch.Tensor], outs: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """Run every kernel; graph outputs are written into ``outs`` (allocated when missing)."""
@@ -135,39 +122,20 @@ class CudaExecutable(Executable):
         vals = self._answer(self.run_ids(self._feeds(checked)), list(args))
         return vals[0] if len(vals) == 1 else tuple(vals)
 
-    def profile(self, feeds, repeat: int = 10) -> list[float]:
-        """Median seconds per kernel over ``repeat`` eager runs (synchronized around each kernel)."""
-        checked = check_inputs(self.sig.graph, feeds)
-        dev = {v: t.to(self.device) for v, t in self._feeds(checked).items()}
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
-        views = self._arena()
-        times: list[list[float]] = [[] for _ in self.kernels]
-        outs: dict[int, torch.Tensor] = {}
-        with tf32(self.options.allow_tf32):
-            for _ in range(repeat):
-                env: dict[int, torch.Tensor] = dict(self.constants)
-                env.update(dev)
-                for k, kern in enumerate(self.kernels):
-                    vk = views[k]
-                    ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
-                    res = []
-                    for v in kern.outputs:
-                        if v not in vk:
-                            outs.setdefault(v, self._empty(v))
-                            env[v] = outs[v]
-                        res.append(vk.get(v, env.get(v)))
-                    sync()
-                    t0 = time.perf_counter()
-                    kern._run(ins, res)
-                    sync()
-                    times[k].append(time.perf_counter() - t0)
-        return [float(np.median(t)) for t in times]
+    # -- the device side (see Executable.profile) ----------------------------------------
+    def _device_feeds(self, checked: dict[int, Any]) -> dict[int, torch.Tensor]:
+        return {v: t.to(self.device) for v, t in self._feeds(checked).items()}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _device_mode(self):
+        return tf32(self.options.allow_tf32)
 
 
 def cuda_executable(g: Graph, kernels, infos, device: torch.device, options: CudaOptions) -> CudaExecutable:
-    types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
-    constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
-    return CudaExecutable(Signature.of(g), kernels, infos, types, constants, device, options)
+    return executable_for(g, kernels, infos, CudaExecutable, device=device, options=options)
 
 
 # -- persistence (called by model.py) ---------------------------------------------------------

@@ -6,6 +6,7 @@ preallocated slot tensors, and returns fresh output tensors (so results survive 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class Executable:
 
     def _arena(self) -> list[dict[int, torch.Tensor]]:
         if self._views is None:
-            slots = [torch.empty(n, dtype=TORCH_DTYPES[d]) for n, d in self.memory.slots]
+            slots = [torch.empty(n, dtype=TORCH_DTYPES[d], device=self.device) for n, d in self.memory.slots]
             self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
         return self._views
 
@@ -190,33 +191,52 @@ class Executable:
         return plan(args, False)
 
     def profile(self, feeds, repeat: int = 10) -> list[float]:
-        """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronous)."""
-        checked = check_inputs(self.sig.graph, feeds)
-        feeds_t = {v: to_tensor(a) for v, a in checked.items()}
-        times = [[] for _ in self.kernels]
+        """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronized around
+        each). The device side (feeds, allocation, synchronization, math modes) is the hooks'."""
+        feeds_t = self._device_feeds(check_inputs(self.sig.graph, feeds))
+        times: list[list[float]] = [[] for _ in self.kernels]
         views = self._arena()
-        for _ in range(repeat):
-            env: dict[int, torch.Tensor] = dict(self.constants)
-            env.update(feeds_t)
-            for k, kern in enumerate(self.kernels):
-                vk = views[k]
-                ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
-                outs = []
-                for v in kern.outputs:
-                    if v in vk:
-                        outs.append(vk[v])
-                    else:
-                        shape, dtype = self.types[v]
-                        env.setdefault(v, torch.empty(shape, dtype=TORCH_DTYPES[dtype]))
-                        outs.append(env[v])
-                t0 = time.perf_counter()
-                kern._run(ins, outs)
-                times[k].append(time.perf_counter() - t0)
+        with self._device_mode():
+            for _ in range(repeat):
+                env: dict[int, torch.Tensor] = dict(self.constants)
+                env.update(feeds_t)
+                for k, kern in enumerate(self.kernels):
+                    vk = views[k]
+                    ins = [vk[v] if v in vk else env[v] for v in kern.inputs]
+                    outs = []
+                    for v in kern.outputs:
+                        if v not in vk:
+                            env.setdefault(v, self._empty(v))
+                        outs.append(vk.get(v, env.get(v)))
+                    self._sync()
+                    t0 = time.perf_counter()
+                    kern._run(ins, outs)
+                    self._sync()
+                    times[k].append(time.perf_counter() - t0)
         return [float(np.median(t)) for t in times]
 
+    # -- the device side (CPU here; runtime/cuda_exec.py overrides) -------------------------
+    device: torch.device | None = None
 
-def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo]) -> Executable:
-    """The Executable of built ``kernels`` over graph ``g`` (its types and the constants they read)."""
+    def _device_feeds(self, checked: dict[int, Any]) -> dict[int, torch.Tensor]:
+        return {v: to_tensor(a) for v, a in checked.items()}
+
+    def _empty(self, v: int) -> torch.Tensor:
+        shape, dtype = self.types[v] if v in self.types else (self.sig.graph.types[v].shape,
+                                                              self.sig.graph.types[v].dtype)
+        return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=self.device)
+
+    def _sync(self) -> None:
+        pass
+
+    def _device_mode(self):
+        return contextlib.nullcontext()
+
+
+def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo],
+                   cls: type[Executable] | None = None, **device: Any) -> Executable:
+    """The Executable (or ``cls``, given its ``device`` arguments) of built ``kernels`` over graph
+    ``g`` (its types and the constants they read)."""
     types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
     constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
-    return Executable(Signature.of(g), kernels, infos, types, constants)
+    return (cls or Executable)(Signature.of(g), kernels, infos, types, constants, **device)
