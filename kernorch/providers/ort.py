@@ -45,8 +45,9 @@ class OrtProvider(Provider):
 
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """A saved kernel: its ONNX model, checked, in a new session (nothing is exported)."""
-        return OrtProvider(self.threads, self.bake_constants, bool(state.get("spin")))._kernel(
+        built = OrtProvider(self.threads, self.bake_constants, bool(state.get("spin")))._kernel(
             *onnx_from_state(g, members, outputs, state))
+        return kept_shared_weights(built, state)
 
     def _kernel(self, k: OnnxKernel, model: bytes) -> BuiltKernel:
         import onnxruntime as ort
@@ -60,8 +61,10 @@ class OrtProvider(Provider):
         if not self.spin:
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        return BuiltKernel(self.name, k.inputs, k.outputs, _runner(sess, k), k.baked, _views_detail(k),
-                           run_into=_binder(sess, k), state=onnx_state(k, model, threads=self.threads, spin=self.spin))
+        built = BuiltKernel(self.name, k.inputs, k.outputs, _runner(sess, k), k.baked, _views_detail(k),
+                            run_into=_binder(sess, k), state=onnx_state(k, model, threads=self.threads, spin=self.spin))
+        built.run_numpy = _numpy_runner(sess, k)  # read by the runtime when present (runtime/calls.py)
+        return built
 
 
 def onnx_state(k: OnnxKernel, model: bytes, **settings) -> dict:
@@ -72,28 +75,44 @@ def onnx_state(k: OnnxKernel, model: bytes, **settings) -> dict:
 
 def without_weights(state: dict) -> dict:
     """The state with the baked graph constants taken out of its ONNX model (they are the saved
-    graph's weights): each as (position among the initializers, value id)."""
+    graph's weights): each as (position among the initializers, value id). A user's original model
+    (providers/original.py) lists its initializers equal to graph constants in ``shared_weights``
+    as (position, value id, name)."""
     import onnx
 
     model = onnx.load_model_from_string(state["onnx"])
     inits = model.graph.initializer
-    names = {f"v{v}": v for v in state["baked"]}  # to_onnx names a baked constant %v "v{v}"
-    taken = [[i, names[t.name]] for i, t in enumerate(inits) if t.name in names]
-    for i, _ in reversed(taken):
+    if "shared_weights" in state:
+        taken = [[int(i), int(v), str(n)] for i, v, n in state["shared_weights"]]
+    else:
+        names = {f"v{v}": v for v in state["baked"]}  # to_onnx names a baked constant %v "v{v}"
+        taken = [[i, names[t.name]] for i, t in enumerate(inits) if t.name in names]
+    for i, *_ in reversed(taken):
         del inits[i]
     return {**state, "onnx": model.SerializeToString(), "weights_taken": taken}
 
 
+def kept_shared_weights(built: BuiltKernel, state: dict) -> BuiltKernel:
+    """A reloaded kernel keeps the list of its model's initializers that are graph constants, so
+    saving it again leaves them out again."""
+    if "shared_weights" in state:
+        built.state["shared_weights"] = [[int(i), int(v), str(n)] for i, v, n in state["shared_weights"]]
+        built.detail = "the original ONNX model"
+    return built
+
+
 def _with_weights(g: Graph, model, taken: list) -> None:
-    """Put the constants ``without_weights`` took out back, where they were (same bytes)."""
+    """Put the constants ``without_weights`` took out back, where they were (same bytes, under
+    their own name: ``v{v}``, or the name listed)."""
     from onnx import numpy_helper
 
     inits = model.graph.initializer
-    for i, v in taken:
-        i, v = int(i), int(v)
+    for entry in taken:
+        i, v = int(entry[0]), int(entry[1])
+        name = str(entry[2]) if len(entry) > 2 else f"v{v}"
         if v not in g.constants or not 0 <= i <= len(inits):
             raise ProviderError(f"the saved ONNX model wants weight %{v}, which the graph lacks")
-        t = numpy_helper.from_array(np.ascontiguousarray(g.constants[v]), f"v{v}")
+        t = numpy_helper.from_array(np.ascontiguousarray(g.constants[v]), name)
         inits.insert(i, t)
 
 
@@ -139,6 +158,18 @@ def _runner(sess, k: OnnxKernel):
         return [torch.from_numpy(np.ascontiguousarray(r)) for r in res]
 
     return run
+
+
+def _numpy_runner(sess, k: OnnxKernel):
+    """Run on NumPy arrays and return the session's own fresh output arrays (no copies). Calls the
+    session's native object where the installed onnxruntime has it: ``InferenceSession.run`` adds
+    only a check of the feed names, which are fixed here."""
+    feeds = [(i, name) for i, name in enumerate(k.feeds) if name is not None]
+    names = list(k.output_names)
+    native = getattr(getattr(sess, "_sess", None), "run", None)
+    if native is None:
+        return lambda inputs: sess.run(names, {name: inputs[i] for i, name in feeds})
+    return lambda inputs: native(names, {name: inputs[i] for i, name in feeds}, None)
 
 
 def _binder(sess, k: OnnxKernel):

@@ -16,7 +16,7 @@ import torch
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
-from kernorch.providers.ort import _views_detail, onnx_from_state, onnx_state, without_weights
+from kernorch.providers.ort import _views_detail, kept_shared_weights, onnx_from_state, onnx_state, without_weights
 from kernorch.providers.to_onnx import OnnxKernel, export, unsupported
 
 _CORE = None
@@ -65,7 +65,7 @@ class OpenVinoProvider(Provider):
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """A saved kernel: its ONNX model, checked, compiled again by OpenVINO (nothing is exported)."""
         prov = OpenVinoProvider(self.threads, self.bake_constants, bool(state.get("pin_threads")))
-        return prov._kernel(g, *onnx_from_state(g, members, outputs, state))
+        return kept_shared_weights(prov._kernel(g, *onnx_from_state(g, members, outputs, state)), state)
 
     def _kernel(self, g: Graph, k: OnnxKernel, data: bytes) -> BuiltKernel:
         core = _core()

@@ -15,6 +15,7 @@ arena of intermediate buffers and the pointer table are shared by its calls.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from typing import Any, Sequence
@@ -95,7 +96,18 @@ class CallPlan:
         self.alloc = [(i,) + spec(v) for v, i in index.items() if i >= len(graph.inputs) and i not in returned]
         self.table = (ctypes.c_void_p * max(self.size, 1))()
         self.table_address = ctypes.addressof(self.table)
-        self.lock = threading.Lock()
+        self.pointed = [i for i in range(len(graph.inputs)) if i in read_natively]
+        # Kernels writing the shared arena or table take turns; a plan of only kernels that
+        # return their outputs (a whole-model region) shares nothing between calls.
+        shared = any(s[0] != RETURNS for s in self.steps) or bool(self.alloc)
+        self.lock = threading.Lock() if shared else contextlib.nullcontext()
+        # One kernel returning every graph output from graph inputs only (a whole-model region):
+        # called directly, nothing else to arrange.
+        self.single = None
+        if not shared and len(self.steps) == 1 and list(self.steps[0][3]) == self.answer:
+            _, fn, (ins, patch, wants), _, _ = self.steps[0]
+            if all(i < len(graph.inputs) for _, i in patch):
+                self.single = (fn, ins, patch, wants)
 
     @staticmethod
     def _python_step(entry: tuple, index: dict[int, int], spec) -> list:
@@ -112,12 +124,24 @@ class CallPlan:
     def __call__(self, args: Sequence[Any], numpy: bool) -> list:
         """Run on checked, contiguous CPU ``args`` (NumPy arrays when ``numpy``, else tensors);
         the outputs come back as NumPy arrays or tensors alike."""
+        if self.single is not None:
+            fn, ins, patch, wants = self.single
+            ins = list(ins)
+            for pos, i in patch:
+                ins[pos] = args[i] if numpy else args[i].numpy()
+            out = fn(ins)
+            for k, (r, (shape, dt)) in enumerate(zip(out, wants)):
+                if r.shape != shape or r.dtype != dt:
+                    r = out[k] = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
+                if not numpy:
+                    out[k] = torch.from_numpy(r)
+            return out
         with self.lock:
             env = list(args)
             env += [None] * (self.size - len(env))
             table = self.table
-            for i, a in enumerate(args):
-                table[i] = pointer(a)
+            for i in self.pointed:
+                table[i] = pointer(args[i])
             for i, shape, npt, tt in self.alloc:
                 if numpy:
                     o = env[i] = np.empty(shape, npt)
@@ -151,7 +175,7 @@ class CallPlan:
             for pos, i in patch:
                 ins[pos] = as_array(env[i])
         for i, r, (shape, dt), p in zip(outs_at, fn(ins), wants, read_natively):
-            if r.shape != shape or r.dtype != dt or not r.flags.c_contiguous:
+            if r.shape != shape or r.dtype != dt or (p and not r.flags.c_contiguous):
                 r = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
             env[i] = r if numpy else torch.from_numpy(r)
             if p:

@@ -70,10 +70,11 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
         if note:
             lines.append(f"          {note}")
         e2e = getattr(r, "end_to_end", None) or {}
-        if {"plan", "whole region"} <= set(e2e):
-            won = "whole region" if e2e["whole region"] < e2e["plan"] else "kernel plan"
-            lines.append(f"choice    solver's kernel plan {ms(e2e['plan'])} vs whole model as one region "
-                         f"{ms(e2e['whole region'])} end to end: kept the {won}")
+        if "plan" in e2e and len(e2e) > 1:
+            what = {"plan": "solver's kernel plan", "whole region": "whole model as one region"}
+            won = min(e2e, key=e2e.__getitem__)
+            lines.append("choice    " + " vs ".join(f"{what.get(k, k)} {ms(t)}" for k, t in e2e.items())
+                         + f" end to end: kept the {what.get(won, won)}")
         if secs:
             wall = "" if seconds is None else \
                 f" ({seconds:.1f} s wall clock with start-up, saving and the latency comparison)"
