@@ -62,3 +62,21 @@ def test_the_kernel_sees_the_same_data_with_or_without_a_shared_reference():
     oracle.verify(run, [x, s], [y], g, {e, n, y}, shared)
     assert all(np.array_equal(a, b) for other in seen[1:] for a, b in zip(seen[0], other))
     assert np.array_equal(seen[0][0], oracle.random_feeds(g, [x])[x])  # seeded: the same every run
+
+
+def test_unsigned_gather_indices_start_at_zero():
+    from kernorch.ir.graph import TensorType
+
+    rng = np.random.default_rng(0)
+    for limit, top in [(2, 2), (3, 3), (100, oracle.INT_HIGH)]:
+        a = oracle.random_array(rng, TensorType((64, 64), "uint8"), limit)
+        assert a.dtype == np.uint8 and a.min() == 0 and a.max() == top - 1  # valid indices, 0 included
+
+
+def test_a_dtype_numpy_does_not_know_is_one_line():
+    import pytest
+
+    from kernorch.ir.graph import TensorType
+
+    with pytest.raises(ValueError, match=r"^cannot make random values of dtype qint8$"):
+        oracle.random_array(np.random.default_rng(0), TensorType((2,), "qint8"))
