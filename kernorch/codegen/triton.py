@@ -163,44 +163,16 @@ class _Printer:
 
     # -- index expressions ------------------------------------------------------------------
     def idx(self, e: ix.Expr) -> str:
-        sizes = self.spec.sizes
+        return "(" + ix.render(e, lambda i: f"v{i}", self.spec.sizes, floordiv_fn="_floordiv", mod_fn="_floormod",
+                               min_fn="tl.minimum", max_fn="tl.maximum", div="//", lookup=self._lookup) + ")"
 
-        def atom(a) -> str:
-            if isinstance(a, ix.Var):
-                return f"v{a.i}"
-            if isinstance(a, (ix.FloorDiv, ix.Mod)):
-                x = self.idx(a.x)
-                if ix.bounds(a.x, sizes)[0] >= 0:
-                    return f"(({x}) // {a.d})" if isinstance(a, ix.FloorDiv) else f"(({x}) % {a.d})"
-                fn = "_floordiv" if isinstance(a, ix.FloorDiv) else "_floormod"
-                return f"{fn}({x}, {a.d})"
-            if isinstance(a, (ix.MinOf, ix.MaxOf)):
-                fn = "tl.minimum" if isinstance(a, ix.MinOf) else "tl.maximum"
-                return f"{fn}({self._operand(a.a)}, {self._operand(a.b)})"
-            if isinstance(a, ix.Lookup):
-                base = self._table(a.table)
-                n = len(a.table)
-                x = self.idx(a.x)
-                lo, hi = ix.bounds(a.x, sizes)
-                if not a.x.terms:
-                    return f"tl.load(tab + {base + min(max(a.x.const, 0), n - 1)})"
-                return f"tl.load(tab + ({base} + tl.minimum(tl.maximum({x}, 0), {n - 1})))"
-            if isinstance(a, ix.Loaded):
-                return a.name
-            raise TypeError(a)
-
-        parts = []
-        for a, k in e.terms:
-            s = atom(a)
-            parts.append(s if k == 1 else f"{k} * {s}")
-        if e.const or not parts:
-            parts.append(str(e.const))
-        return "(" + " + ".join(parts).replace("+ -", "- ") + ")"
-
-    def _operand(self, e: ix.Expr) -> str:
-        """An operand of tl.minimum/maximum (the other one is a tensor: ir.index folds constants)."""
-        s = self.idx(e)
-        return s if e.terms else str(e.const)
+    def _lookup(self, a: ix.Lookup, x: str) -> str:
+        """A constant-table read; every lane clamps into the table (masked lanes past a
+        power-of-two block may hold any index)."""
+        base, n = self._table(a.table), len(a.table)
+        if not a.x.terms:
+            return f"tl.load(tab + {base + min(max(a.x.const, 0), n - 1)})"
+        return f"tl.load(tab + ({base} + tl.minimum(tl.maximum({x}, 0), {n - 1})))"
 
     def _table(self, t: tuple[int, ...]) -> int:
         if t not in self.tables:

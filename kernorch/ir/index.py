@@ -368,27 +368,41 @@ def free_vars(e: Expr) -> set[int]:
 def render(e: Expr, name: Callable[[int], str], sizes: Sequence[int],
            table: Callable[[tuple[int, ...]], str] | None = None,
            floordiv_fn: str = "kn_floordiv", mod_fn: str = "kn_mod",
-           min_fn: str = "kn_min", max_fn: str = "kn_max") -> str:
-    """Print ``e`` as C-like source. Plain ``/`` and ``%`` where the dividend is provably
-    non-negative (C truncation equals floor there), the given helper functions otherwise."""
+           min_fn: str = "kn_min", max_fn: str = "kn_max", div: str = "/",
+           lookup: Callable[[Lookup, str], str] | None = None) -> str:
+    """Print ``e`` as C-like source (every printer's index arithmetic: C by default; Triton passes
+    ``div="//"``, its helpers and ``lookup``). Plain ``div`` and ``%`` where the dividend is
+    provably non-negative (truncation equals floor there), the given helper functions otherwise.
+    A table lookup prints as ``table(t)[x]`` clamped where ``x`` may leave the table, or as
+    ``lookup(atom, rendered x)``."""
+
+    def go(e: Expr) -> str:
+        parts = []
+        for a, k in e.terms:
+            s = atom(a)
+            parts.append(s if k == 1 else f"{k} * {s}")
+        if e.const or not parts:
+            parts.append(str(e.const))
+        return " + ".join(parts).replace("+ -", "- ")
 
     def atom(a: Atom) -> str:
         if isinstance(a, Var):
             return name(a.i)
         if isinstance(a, (FloorDiv, Mod)):
-            x = render(a.x, name, sizes, table, floordiv_fn, mod_fn, min_fn, max_fn)
+            x = go(a.x)
             nonneg = bounds(a.x, sizes)[0] >= 0
             if isinstance(a, FloorDiv):
-                return f"(({x}) / {a.d})" if nonneg else f"{floordiv_fn}({x}, {a.d})"
+                return f"(({x}) {div} {a.d})" if nonneg else f"{floordiv_fn}({x}, {a.d})"
             return f"(({x}) % {a.d})" if nonneg else f"{mod_fn}({x}, {a.d})"
         if isinstance(a, (MinOf, MaxOf)):
             fn = min_fn if isinstance(a, MinOf) else max_fn
-            args = [render(s, name, sizes, table, floordiv_fn, mod_fn, min_fn, max_fn) for s in (a.a, a.b)]
-            return f"{fn}({args[0]}, {args[1]})"
+            return f"{fn}({go(a.a)}, {go(a.b)})"
         if isinstance(a, Lookup):
+            x = go(a.x)
+            if lookup is not None:
+                return lookup(a, x)
             if table is None:
                 raise ValueError("rendering a table lookup needs a table printer")
-            x = render(a.x, name, sizes, table, floordiv_fn, mod_fn, min_fn, max_fn)
             lo, hi = bounds(a.x, sizes)
             if lo < 0 or hi >= len(a.table):  # masked-out positions: stay inside the table (as evaluate clips)
                 x = f"{min_fn}({max_fn}({x}, 0), {len(a.table) - 1})"
@@ -397,10 +411,4 @@ def render(e: Expr, name: Callable[[int], str], sizes: Sequence[int],
             return a.name
         raise TypeError(a)
 
-    parts = []
-    for a, k in e.terms:
-        s = atom(a)
-        parts.append(s if k == 1 else f"{k} * {s}")
-    if e.const or not parts:
-        parts.append(str(e.const))
-    return " + ".join(parts).replace("+ -", "- ")
+    return go(e)
