@@ -121,6 +121,24 @@ class CallPlan:
             return [RETURNS, run_numpy, (np_ins, patch_in, wants), tuple(index[v] for v in kern.outputs)]
         return [PYTHON, kern._run, (ins, patch_in), (outs, [(i, index[v]) for i, v in dyn_out])]
 
+    def fast(self, args: Sequence[Any]) -> list | None:
+        """The outputs, when ``args`` are all C-contiguous NumPy arrays or all contiguous CPU
+        tensors (no autograd) of exactly the expected shapes and dtypes; else None (the checked
+        path then converts what it can and names what it cannot)."""
+        specs = self.specs
+        if len(args) != len(specs) or not args:
+            return None
+        if type(args[0]) is _NDARRAY:
+            for a, (shape, dtype, _) in zip(args, specs):
+                if type(a) is not _NDARRAY or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+                    return None
+            return self(args, True)
+        for a, (shape, _, dtype) in zip(args, specs):
+            if (type(a) is not _TENSOR or a.dtype != dtype or a.shape != shape or a.requires_grad
+                    or not a.is_cpu or not a.is_contiguous()):
+                return None
+        return self(args, False)
+
     def __call__(self, args: Sequence[Any], numpy: bool) -> list:
         """Run on checked, contiguous CPU ``args`` (NumPy arrays when ``numpy``, else tensors);
         the outputs come back as NumPy arrays or tensors alike."""
@@ -130,7 +148,8 @@ class CallPlan:
             for pos, i in patch:
                 ins[pos] = args[i] if numpy else args[i].numpy()
             out = fn(ins)
-            for k, (r, (shape, dt)) in enumerate(zip(out, wants)):
+            for k, r in enumerate(out):
+                shape, dt = wants[k]
                 if r.shape != shape or r.dtype != dt:
                     r = out[k] = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
                 if not numpy:

@@ -163,7 +163,7 @@ class Executable:
         return {g.name(v): t for v, t in out.items()}
 
     def __call__(self, *args):
-        vals = self._fast(args)
+        vals = (self._call_plans.get(self.native) or self._calls()).fast(args)
         if vals is None:
             checked = check_inputs(self.sig.graph, list(args))
             vals = self._calls()([to_tensor(checked[v]) for v in self.sig.graph.inputs], False)
@@ -172,23 +172,8 @@ class Executable:
         return vals[0] if len(vals) == 1 else tuple(vals)
 
     def _fast(self, args) -> list | None:
-        """The outputs, when ``args`` are all C-contiguous NumPy arrays or all contiguous CPU tensors
-        (no autograd) of exactly the expected shapes and dtypes; else None (the checked path then
-        converts what it can and names what it cannot)."""
-        plan = self._calls()
-        specs = plan.specs
-        if len(args) != len(specs) or not args:
-            return None
-        if type(args[0]) is np.ndarray:
-            for a, (shape, dtype, _) in zip(args, specs):
-                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
-                    return None
-            return plan(args, True)
-        for a, (shape, _, dtype) in zip(args, specs):
-            if (type(a) is not torch.Tensor or a.dtype != dtype or a.shape != shape or a.requires_grad
-                    or not a.is_cpu or not a.is_contiguous()):
-                return None
-        return plan(args, False)
+        """The outputs when ``args`` need no conversion (``CallPlan.fast``), else None."""
+        return (self._call_plans.get(self.native) or self._calls()).fast(args)
 
     def profile(self, feeds, repeat: int = 10) -> list[float]:
         """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronized around
