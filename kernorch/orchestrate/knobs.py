@@ -46,5 +46,12 @@ class Knobs:
     """When deciding which segments to tune, assume fusion makes a segment's kernel plan at most
     this much faster than its measured per-operator kernels: a region cheaper than that is taken
     without tuning the segment (measured compiles with regions only)."""
+    region_tolerance: float = 0.02
+    """Stop pricing joined regions once the best priced choice is within this fraction of the
+    estimated optimum: nearer ties are measurement noise (regions.py, Note [near ties stop the
+    search])."""
+    layouts: bool = True
+    """Offer channels-last activations around 2-D convolutions as a plan choice
+    (rewrite/layouts.py): the solver decides where layouts change."""
     solver_backend: str = "highs"
     """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

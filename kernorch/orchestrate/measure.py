@@ -116,10 +116,11 @@ def codegen_provider(kernel) -> str:
     return f"codegen:{getattr(kernel, 'provider', 'c')}"
 
 
-# Providers tried by default: the ones that win kernels here. PyTorch's channels-last and JIT
-# variants rarely beat eager + onnxruntime + OpenVINO and each costs a build and a timing per
+# Providers tried by default: onnxruntime and OpenVINO for regions (and single kernels nothing on
+# the own pool can run), PyTorch eager and its fused oneDNN variant for linear kernels. The
+# channels-last and JIT variants rarely beat those and each costs a build and a timing per
 # candidate; ask for them by name (``providers=``).
-DEFAULT_PROVIDERS = ("ort", "openvino", "torch")
+DEFAULT_PROVIDERS = ("ort", "openvino", "torch", "torch_onednn")
 # Providers that compile whole subgraphs, so they can run provider regions (regions.py).
 REGION_PROVIDERS = ("ort", "openvino")
 REGION_PREFIX = "region:"
@@ -173,8 +174,15 @@ class MeasuredCost(PricedCandidates):
         outs = ordered_outputs(self._pos, cand)
         if codegen.can_generate(self.g, cand.nodes, outs):
             return True
-        return bool(self._external(cand)) and any(
-            reason_or_none(p.can_run(self.g, cand.nodes, outs)) is None for p in self.providers)
+        return bool(self._external(cand)) and bool(self.kernel_providers(cand))
+
+    def kernel_providers(self, cand: Candidate) -> list[Provider]:
+        """The providers that may run ``cand`` as a single kernel: those on kernorch's own
+        thread pool that can, else the others that can (a pool switch beats no kernel)."""
+        outs = ordered_outputs(self._pos, cand)
+        able = [p for p in self.providers if reason_or_none(p.can_run(self.g, cand.nodes, outs)) is None]
+        own = [p for p in able if p.own_pool]
+        return own or able
 
     def _external(self, cand: Candidate) -> bool:
         """External providers are tried for kernels of one linear prim with elementwise, broadcast
@@ -352,7 +360,8 @@ class MeasuredCost(PricedCandidates):
             except Exception as e:  # noqa: BLE001 - a kernel that crashes is recorded, never chosen
                 recs[name] = Record(name, None, "run_failed", f"{type(e).__name__}: {e}"[:300])
         if self._external(cand) and reference is not None:
-            _, _, records = best_provider(self.g, cand.nodes, outs, self.providers, self.timer, reference=reference)
+            _, _, records = best_provider(self.g, cand.nodes, outs, self.kernel_providers(cand), self.timer,
+                                          reference=reference)
             recs.update((r.provider, _db_record(r, roof)) for r in records
                         if r.status not in ("unavailable", "unsupported"))
         if not recs:
@@ -377,6 +386,9 @@ class MeasuredCost(PricedCandidates):
         figures of providers this run leaves out)."""
         names = {p.name for p in self.providers}
         good = [r for r in recs.values() if r.ok and (r.provider.startswith("codegen") or r.provider in names)]
+        if not key.startswith(REGION_PREFIX):  # a foreign pool only where the own pool has no kernel
+            own = {p.name for p in self.providers if p.own_pool}
+            good = [r for r in good if r.provider.startswith("codegen") or r.provider in own] or good
         if good:
             best = min(good, key=lambda r: r.seconds)
             self.best[key] = best

@@ -13,7 +13,7 @@ from kernorch.providers.torch_ops import TorchProvider
 def default_providers(threads: int | None = None) -> list[Provider]:
     """Every provider this package has, installed or not (``best_provider`` records the missing)."""
     return [OrtProvider(threads), OpenVinoProvider(threads), TorchProvider("eager", threads),
-            TorchProvider("channels_last", threads), TorchProvider("jit", threads)]
+            TorchProvider("onednn", threads), TorchProvider("channels_last", threads), TorchProvider("jit", threads)]
 
 
 __all__ = ["BuiltKernel", "MedianTimer", "OpenVinoProvider", "OrtProvider", "Provider", "ProviderError",

@@ -52,6 +52,11 @@ class Provider:
     """Base class. Subclasses set ``name`` and implement ``can_run`` and ``build``."""
 
     name = "provider"
+    # Runs on kernorch's own OpenMP pool (PyTorch's libgomp, which generated kernels share). A
+    # provider with a pool of its own (onnxruntime, OpenVINO's TBB) costs a pool switch at every
+    # boundary with the other kernels, so it serves whole regions, and single kernels only where
+    # nothing on the own pool can run them.
+    own_pool = False
 
     def available(self) -> bool:
         """Whether the optional dependency behind this provider is installed."""

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.providers import onednn
 from kernorch.providers.base import random_inputs
 from kernorch.providers.views import Step, plan_view
 
@@ -72,15 +73,16 @@ class Program:
 
 
 def build_program(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], *, bake: bool = True,
-                  channels_last: bool = False, inplace: bool = True) -> Program:
-    return _Builder(g, set(members), list(outputs), bake, channels_last, inplace).build()
+                  channels_last: bool = False, inplace: bool = True, onednn: bool = False) -> Program:
+    """``onednn``: linear prims with constant weights become fused oneDNN calls (onednn.py)."""
+    return _Builder(g, set(members), list(outputs), bake, channels_last, inplace, onednn).build()
 
 
 class _Builder:
-    def __init__(self, g, members, outputs, bake, channels_last, inplace) -> None:
+    def __init__(self, g, members, outputs, bake, channels_last, inplace, onednn=False) -> None:
         self.g, self.members, self.outputs = g, members, outputs
         self.sub = g.subgraph(members, outputs)
-        self.bake, self.cl, self.inplace = bake, channels_last, inplace
+        self.bake, self.cl, self.inplace, self.onednn = bake, channels_last, inplace, onednn
         self.prims = {p.output: p for p in self.sub.prims}
         self.uses: dict[ValueId, list[Prim]] = {}
         for p in self.sub.prims:
@@ -228,13 +230,17 @@ class _Builder:
             out_v = add.output
             bias_slot = self.s(bp.inputs[0])
             self.notes.append("bias add folded into conv")
-        xs, ws, o = self.s(x), self.s(p.inputs[1]), self.s(out_v)
-        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
         begin, end = pads[:k], pads[k:]
         sym = begin == end
         torch_pad = []
         for d in reversed(range(k)):
             torch_pad += [begin[d], end[d]]
+        fused_step = onednn.conv_step(self, p, x, begin if sym else [0] * k, bias_slot, out_v, fixed,
+                                      None if sym else torch_pad) if self.onednn else None
+        if fused_step is not None:
+            return self._place(fused_step[0], p, fused_step[1])
+        xs, ws, o = self.s(x), self.s(p.inputs[1]), self.s(out_v)
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
         cl = self.cl
         if cl:
             self.notes.append("channels_last")
@@ -283,6 +289,13 @@ class _Builder:
         wshape = self.sub.types[p.inputs[1]].shape
         out_shape = self.sub.types[p.output].shape
         fused = self._bias_of(p.output, p, -1) if len(wshape) == 2 else None
+        if self.onednn:
+            bias_slot = self.s(fused[1].inputs[0]) if fused else None
+            fused_step = onednn.linear_step(self, p, bias_slot, fused[0].output if fused else p.output, fixed)
+            if fused_step is not None:
+                if fused:
+                    self.skip.add(fused[1].output)
+                return self._place(fused_step[0], p, fused_step[1])
         if fused is None:
             o = self.s(p.output)
             return _set(o, lambda e: torch.matmul(e[a_s], e[w_s]))

@@ -20,12 +20,13 @@ from kernorch.ir.prims import Kind, Op, ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
 from kernorch.providers.torch_exec import Program, build_program
 
-VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit"}
+VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit", "onednn": "torch_onednn"}
 _LINEAR = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
 _DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "bool", "int8", "int16", "int32", "int64", "uint8"})
 
 
 class TorchProvider(Provider):
+    own_pool = True
     def __init__(self, variant: str = "eager", threads: int | None = None, bake_constants: bool = True) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown torch variant {variant!r}; choose from {sorted(VARIANTS)}")
@@ -49,6 +50,8 @@ class TorchProvider(Provider):
         lin = linear[0]
         if self.variant in ("channels_last", "jit") and (lin.op is not Op.CONV or len(g.types[lin.output].shape) != 4):
             return f"the {self.variant} variant serves 2-D convolutions only"
+        if self.variant == "onednn":
+            return _onednn_fits(g, lin)
         return True
 
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
@@ -56,7 +59,8 @@ class TorchProvider(Provider):
         if reason is not True:
             raise ValueError(reason)
         prog = build_program(g, members, outputs, bake=self.bake_constants,
-                             channels_last=self.variant == "channels_last", inplace=self.variant != "jit")
+                             channels_last=self.variant == "channels_last", inplace=self.variant != "jit",
+                             onednn=self.variant == "onednn")
         run = _jit_runner(prog) if self.variant == "jit" else prog.run
         threads = self.threads
 
@@ -68,6 +72,19 @@ class TorchProvider(Provider):
 
         return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail,
                            state={"threads": threads})  # loading builds it again from its prims
+
+
+def _onednn_fits(g: Graph, lin) -> bool | str:
+    """The oneDNN variant: a 2-D convolution or a matmul by a 2-D matrix, float32, with a constant
+    weight (prepacked once)."""
+    w = lin.inputs[1]
+    if w not in g.constants or g.types[w].dtype != "float32":
+        return "the onednn variant needs a constant float32 weight"
+    if lin.op is Op.CONV and len(g.types[lin.output].shape) == 4:
+        return True
+    if lin.op is Op.MATMUL and len(g.types[w].shape) == 2:
+        return True
+    return "the onednn variant serves 2-D convolutions and matmuls by a matrix"
 
 
 def _jit_runner(prog: Program):

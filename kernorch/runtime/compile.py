@@ -23,6 +23,7 @@ from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
 from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
+from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
@@ -208,6 +209,8 @@ def _orchestrate(model: Any, example_inputs: Any, *, target: targets.Target, str
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, rewrites)
+    if strategy == "optimal" and knobs.layouts and target.name == "cpu":
+        g, rep.rewrites["channels_last_pairs"] = channels_last_pairs(g)
     rep.prims = len(g.prims)
     rep.seconds["rewrite"] = time.perf_counter() - t1
 
@@ -410,7 +413,8 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
         elif codegen.can_generate(g, c.nodes, outs):
             chosen.append("codegen")
         else:
-            chosen.append(next(n for n, p in providers.items() if reason_or_none(p.can_run(g, c.nodes, outs)) is None))
+            able = [p for p in providers.values() if reason_or_none(p.can_run(g, c.nodes, outs)) is None]
+            chosen.append(next((p for p in able if p.own_pool), able[0]).name)
     own = [k for k, name in enumerate(chosen) if name == "codegen"]
     built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
                                threads)

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):
     net, x = net_and_input()
-    model = kernorch.compile(net, x, cost="model", regions=False, threads=2, progress=False)
+    # onnxruntime as the only provider: its kernels carry an ONNX model blob to tamper with
+    model = kernorch.compile(net, x, cost="model", regions=False, threads=2, progress=False, providers=("ort",))
     d = model.save(tmp_path_factory.mktemp("orig") / "model")
     kinds = [k["kind"] for k in json.loads((d / "model.json").read_text())["kernels"]]
     assert {"c", "provider", "reference"} <= set(kinds), kinds

@@ -1,0 +1,173 @@
+"""Fused linear steps on oneDNN, the ops Inductor's CPU freezing path uses: a convolution or a
+matmul with constant weights prepacked once at build time (``mkldnn._reorder_*_weight``), its
+bias, and a post-op chain applied while the output is hot: a residual ``add`` (or ``mul``/``sub``)
+with a same-shaped tensor, then ``relu``/``sigmoid``/``tanh``.
+
+A convolution keeps the memory format of its input: fed a channels-last view (the NHWC side of a
+layout pair, rewrite/layouts.py) it computes and returns channels-last, so consecutive kernels
+can stay in NHWC. Used by the ``onednn`` variant of the torch provider (torch_ops.py); a step
+that does not fit returns None and the plain PyTorch op runs instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from kernorch.ir.prims import Op, Prim, ValueId
+
+UNARY_POST_OPS = {Op.RELU: "relu", Op.SIGMOID: "sigmoid", Op.TANH: "tanh"}
+BINARY_POST_OPS = {Op.ADD: "add", Op.MUL: "mul", Op.SUB: "sub"}
+
+
+def post_ops(b, y: ValueId) -> tuple[Prim | None, ValueId | None, Prim | None, list[Prim]]:
+    """The post-op chain after value ``y`` in builder ``b`` (torch_exec._Builder): (binary prim,
+    its other operand, unary prim, the identity view pairs passed on the way), None when absent.
+    A post-op must be the only reader of its input, which must not be a kernel output; the other
+    operand has ``y``'s type (no broadcast) and for ``sub`` is the subtrahend."""
+    binary = other = unary = None
+    passed: list[Prim] = []
+    reader, read, views = _only_reader(b, y)
+    if reader is not None and reader.op in BINARY_POST_OPS and reader.inputs.count(read) == 1:
+        o = reader.inputs[1] if reader.inputs[0] == read else reader.inputs[0]
+        if b.sub.types[o] == b.sub.types[read] and (reader.op is not Op.SUB or reader.inputs[0] == read):
+            binary, other = reader, o
+            passed += views
+            reader, read, views = _only_reader(b, reader.output)
+    if reader is not None and reader.op in UNARY_POST_OPS:
+        unary = reader
+        passed += views
+    return binary, other, unary, passed
+
+
+def identity_views(b, v: ValueId) -> list[Prim]:
+    """The chain of views from ``v`` whose composition reads every element in place (the two
+    halves of a layout pair inside one kernel), when ``v``'s only reader starts one; else []."""
+    chain: list[Prim] = []
+    m = None
+    while True:
+        uses = b.uses.get(v, [])
+        if v in b.outputs or len(uses) != 1 or uses[0].op is not Op.VIEW:
+            return []
+        q = uses[0]
+        m = q.attrs.map if m is None else q.attrs.map.compose(m)
+        chain.append(q)
+        v = q.output
+        if m is None:
+            return []
+        if m.is_identity():
+            return chain
+
+
+def _only_reader(b, v: ValueId) -> tuple[Prim | None, ValueId, list[Prim]]:
+    """(the post-op that alone reads ``v``, through identity views, or None; the value it reads;
+    those views)."""
+    views = identity_views(b, v)
+    if views:
+        v = views[-1].output
+    uses = b.uses.get(v, [])
+    if v in b.outputs or len(uses) != 1 or uses[0].op not in {**UNARY_POST_OPS, **BINARY_POST_OPS}:
+        return None, v, []
+    return (uses[0], v, views) if b.sub.types[uses[0].output] == b.sub.types[v] else (None, v, [])
+
+
+def absorb(b, lin: Prim, y: ValueId) -> tuple[ValueId, int | None, str, str]:
+    """Take ``y``'s post-op chain into the linear step of ``lin`` (``y``: its output, or the bias
+    add folded into it): (the value the step now writes, slot of the binary operand or None,
+    binary attr or "", unary attr or "none"). Absorbed prims but the last are skipped by the
+    builder; the last one's position is where the step runs."""
+    binary, other, unary, views = post_ops(b, y)
+    chain = [p for p in (binary, unary) if p is not None]
+    for p in views + chain[:-1]:
+        b.skip.add(p.output)
+    if chain and y != lin.output:
+        b.skip.add(y)
+    out = chain[-1].output if chain else y
+    names = [BINARY_POST_OPS[binary.op]] if binary is not None else []
+    names += [UNARY_POST_OPS[unary.op]] if unary is not None else []
+    if names:
+        b.notes.append("+".join(names) + " fused")
+    return (out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "",
+            UNARY_POST_OPS[unary.op] if unary is not None else "none")
+
+
+def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None, out_v: ValueId,
+              fixed: dict[int, torch.Tensor], pre_pad: list[int] | None = None) -> tuple[Callable, ValueId] | None:
+    """A 2-D convolution with a constant float32 weight as one oneDNN call (prepacked weight,
+    bias, post-ops); None when it does not fit. ``pre_pad`` (F.pad order): zero padding the
+    convolution cannot express (asymmetric), applied to the input first."""
+    a = p.attrs
+    w_slot = b.s(p.inputs[1])
+    w = fixed.get(w_slot)
+    if (len(b.sub.types[p.output].shape) != 4 or w is None or w.dtype != torch.float32
+            or b.sub.types[x].dtype != "float32"):
+        return None
+    x_shape = list(b.sub.types[x].shape)
+    if pre_pad:
+        x_shape[2] += pre_pad[2] + pre_pad[3]
+        x_shape[3] += pre_pad[0] + pre_pad[1]
+    stride, dilation = list(a.strides), list(a.dilations)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), padding, stride, dilation, a.groups,
+                                                          x_shape)
+    out_v, other_slot, binary, unary = absorb(b, p, out_v)
+    xs, o = b.s(x), b.s(out_v)
+    n_out = b.sub.types[p.output].shape[1]
+    b.notes.append("oneDNN conv, prepacked weight")
+    fused = torch.ops.mkldnn._convolution_pointwise
+
+    def bias(e):
+        return e[bias_slot].reshape(n_out) if bias_slot is not None else None
+
+    def inp(e):
+        return F.pad(e[xs], pre_pad) if pre_pad else e[xs]
+
+    if other_slot is None:
+        def run(e):
+            e[o] = fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, [], "")
+    else:
+        def run(e):
+            xt = inp(e)
+            other = e[other_slot].contiguous(memory_format=_format_of(xt))
+            e[o] = fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups, binary, None,
+                                None if unary == "none" else unary, [], "")
+    return run, out_v
+
+
+def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
+                fixed: dict[int, torch.Tensor]) -> tuple[Callable, ValueId] | None:
+    """``x @ W (+ bias)`` with a constant 2-D float32 W as one oneDNN call (prepacked weight,
+    post-ops); None when it does not fit."""
+    w = fixed.get(b.s(p.inputs[1]))
+    a_type = b.sub.types[p.inputs[0]]
+    if w is None or w.dim() != 2 or w.dtype != torch.float32 or a_type.dtype != "float32":
+        return None
+    kdim, n = w.shape
+    rows = max(1, a_type.size // kdim)
+    binary_prim, _, unary_prim, _ = post_ops(b, out_v)
+    if binary_prim is not None and unary_prim is not None:
+        return None  # oneDNN's linear takes one post-op here; leave the chain to PyTorch
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
+    out_v, other_slot, binary, unary = absorb(b, p, out_v)
+    a_s, o = b.s(p.inputs[0]), b.s(out_v)
+    out_shape = b.sub.types[p.output].shape
+    b.notes.append("oneDNN linear, prepacked weight")
+    linear = torch.ops.mkldnn._linear_pointwise
+
+    def bias(e):
+        return e[bias_slot].reshape(n) if bias_slot is not None else None
+
+    if other_slot is None:
+        def run(e):
+            e[o] = linear(e[a_s].reshape(-1, kdim), packed, bias(e), unary, [], "").reshape(out_shape)
+    else:
+        def run(e):
+            other = e[other_slot].reshape(-1, n)
+            e[o] = linear.binary(e[a_s].reshape(-1, kdim), other, packed, bias(e), binary).reshape(out_shape)
+    return run, out_v
+
+
+def _format_of(t: torch.Tensor) -> torch.memory_format:
+    return torch.channels_last if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) \
+        and not t.is_contiguous() else torch.contiguous_format
