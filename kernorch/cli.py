@@ -112,7 +112,7 @@ def _print_segments(graph, args) -> None:
     g, _ = apply_rewrites(graph)
     knobs = Knobs()
     segs = partition(dag_from_graph(g).without_dead(), max_segment_nodes=knobs.max_segment_nodes,
-                     max_cut_width=knobs.max_cut_width)
+                     max_cut_width=knobs.max_cut_width, max_kernel_nodes=knobs.max_kernel_nodes)
     sizes = sorted(len(sg.nodes) for sg in segs)
     forced = sum(sg.forced for sg in segs)
     print(f"\nsegments ({len(segs)}; after rewrites {len(g.prims)} prims; max_segment_nodes={knobs.max_segment_nodes}, "

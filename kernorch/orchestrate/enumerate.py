@@ -16,6 +16,16 @@ yields exactly the weakly connected convex sets (up to `max_kernel_nodes`):
 Sets with one sink grow by adding predecessors only: every member reaches the sink, so removing
 any source keeps the set connected and single-sink.
 
+Note [set budget]
+A segment's sets are bounded (`max_sets`) because the binary program's difficulty grows with them.
+The sets of one size are many where the segment is dense (rotary embeddings: views, negations,
+concats around every head) and few along a chain (an embedding gather into its norm: one set per
+size). When a size would overflow the budget, it keeps whole groups of sets (grouped by their
+first node) from the smallest group up, within half the room left (the other half is for their
+growth), and only those keep growing: a chain still reaches its full length while the dense
+places stop early. Cutting every place at the same size instead
+left a Llama decoder without its gather + RMS norm kernel (9 prims, budget reached at size 6).
+
 Why connected only: a disconnected kernel is horizontal fusion of independent pieces. Its traffic
 and arithmetic are the sum of its components', so it saves only a launch; enumerating it would
 multiply the candidates by the number of combinations of unrelated pieces. We leave it out.
@@ -100,8 +110,8 @@ def _grow(
     seg: _Segment, dag: Dag, max_nodes: int, preds_only: bool, stats: EnumerationStats, max_sets: int | None = None
 ) -> list[int]:
     """All connected convex bitsets of the segment obeying the kind rules, smallest first.
-    See Note [growing convex sets]. With `max_sets`, stop before the first size whose sets would
-    take the total past it (all sets of the sizes kept are returned)."""
+    See Note [growing convex sets]. With `max_sets`, a size whose sets would take the total past
+    it keeps only what fits, sparsest places first (Note [set budget])."""
     kinds = [dag.kind[n] for n in seg.nodes]
     linear = [1 if k == "linear" else 0 for k in kinds]
     opaque = [k == "opaque" for k in kinds]
@@ -110,6 +120,7 @@ def _grow(
     seen = set(found)
     level = [(1 << i, seg.desc[i], seg.anc[i], nbr[i], linear[i]) for i in range(len(seg.nodes)) if not opaque[i]]
     size = 1
+    truncated = False
     while level and size < max_nodes:
         nxt = []
         for s, d, a, frontier, nlin in level:
@@ -136,12 +147,31 @@ def _grow(
                 found.append(s2)
                 nxt.append((s2, d2, a2, (frontier | nbr[w]) & ~s2, nlin + linear[w]))
         if max_sets is not None and len(found) > max_sets:
-            stats.rejected[f"set budget: size {size + 1}+"] += len(nxt)
-            stats.truncated_segments += 1
-            return found[: len(found) - len(nxt)]
+            del found[len(found) - len(nxt):]
+            kept = _sparsest(nxt, (max_sets - len(found) + 1) // 2)
+            stats.rejected[f"set budget: size {size + 1}+"] += len(nxt) - len(kept)
+            stats.truncated_segments += not truncated
+            truncated = True
+            found += [t[0] for t in kept]
+            nxt = kept
         level = nxt
         size += 1
     return found
+
+
+def _sparsest(level: list[tuple], room: int) -> list[tuple]:
+    """The sets of one size that fit in `room`, taken in whole groups by lowest member, the
+    groups with the fewest sets first (Note [set budget])."""
+    groups: dict[int, list[tuple]] = {}
+    for t in level:
+        groups.setdefault(t[0] & -t[0], []).append(t)
+    chosen, n = set(), 0
+    for anchor in sorted(groups, key=lambda a: (len(groups[a]), a)):
+        if n + len(groups[anchor]) > room:
+            break
+        chosen.add(anchor)
+        n += len(groups[anchor])
+    return [t for t in level if t[0] & -t[0] in chosen]
 
 
 def convex_sets(

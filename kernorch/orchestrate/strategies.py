@@ -102,7 +102,8 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
              plan_floor: Callable[[frozenset[int]], float] | None = None) -> Plan:
     """Per segment: enumerate, add baseline seeds, price, solve (once per distinct segment
     program); concatenate the segments' kernels (segments are independent, see partition.py)."""
-    segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width)
+    segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width,
+                         max_kernel_nodes=knobs.max_kernel_nodes)
     if knobs.max_candidates is not None and segments:
         share = max(50, knobs.max_candidates // len(segments))
         knobs = dataclasses.replace(knobs, max_segment_sets=min(knobs.max_segment_sets, share))
@@ -184,7 +185,7 @@ def _with_regions(dag: Dag, segments: Sequence[Segment], seg_kernels: Sequence[S
         if plan_floor is not None:
             plan_costs = [max(c, plan_floor(frozenset(seg.nodes))) for c, seg in zip(plan_costs, segments)]
         runs = choose_regions(plan_costs, lambda i, j: pricer.price_region(region(i, j)),
-                              knobs.region_join_saving_s)
+                              knobs.region_join_saving_s, tolerance=knobs.region_tolerance)
     starts = {i: j for i, j in runs}
     kernels: list[Candidate] = []
     costs: list[float] = []

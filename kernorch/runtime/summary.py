@@ -9,12 +9,13 @@ from collections import Counter
 RUNTIME_WORDS = {
     "c": "kernorch's generated C/OpenMP",
     "triton": "kernorch's generated Triton",
+    "linear": "kernorch's linear kernels (PyTorch: oneDNN/BLAS, cuBLAS/cuDNN)",
     "torch": "PyTorch (oneDNN/BLAS linear)",
     "reference": "reference (opaque op)",
     "ort": "onnxruntime",
     "openvino": "OpenVINO",
 }
-OWN = {"c", "triton", "torch", "host"}
+OWN = {"c", "triton", "linear", "torch", "host"}
 
 
 def runtime_name(provider: str) -> str:

@@ -56,12 +56,29 @@ def test_can_generate_hook_filters_and_counts():
     assert stats.rejected["cannot generate"] == 1
 
 
-def test_set_budget_lowers_the_size_bound_of_a_dense_segment():
+def test_set_budget_keeps_every_smaller_size_and_stays_within_budget():
     d = random_dag(3, 40, window=6, max_preds=3)
     full = convex_sets(d, d.nodes, max_kernel_nodes=8)
     stats = EnumerationStats()
     got = enumerate_candidates(d, d.nodes, max_kernel_nodes=8, multi_output=True, stats=stats, max_sets=len(full) // 2)
-    sizes = {len(c.nodes) for c in got}
+    sets = {c.nodes for c in got}
     assert stats.truncated_segments == 1
-    assert stats.sets <= len(full) // 2
-    assert sizes == set(range(1, max(sizes) + 1)) and max(sizes) < 8  # whole sizes kept, the largest dropped
+    assert stats.sets <= len(full) // 2 and sets <= set(full)
+    first_cut = min(int(k.split()[-1].rstrip("+")) for k in stats.rejected if k.startswith("set budget"))
+    assert {s for s in full if len(s) < first_cut} <= sets and first_cut < 8
+
+
+def test_set_budget_lets_a_chain_beside_a_dense_part_reach_full_length():
+    """An embedding gather into its norm is a chain; rotary embeddings beside it are dense. The
+    budget stops the dense part, not the chain (Note [set budget])."""
+    dense = random_dag(5, 30, window=6, max_preds=3)
+    preds = {i: ((i - 1,) if i else ()) for i in range(10)}
+    preds.update({10 + n: tuple(10 + p for p in dense.preds[n]) + ((9,) if n == 0 else ()) for n in dense.nodes})
+    d = make_dag(preds)
+    chain = frozenset(range(10))
+    full = convex_sets(d, d.nodes, max_kernel_nodes=10)
+    budget = sum(len(s) < 6 for s in full) + 40  # reached at size 6; the chain has 10 nodes
+    stats = EnumerationStats()
+    got = enumerate_candidates(d, d.nodes, max_kernel_nodes=10, multi_output=True, stats=stats, max_sets=budget)
+    assert stats.truncated_segments == 1 and stats.sets <= budget
+    assert chain in {c.nodes for c in got}

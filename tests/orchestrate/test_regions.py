@@ -129,3 +129,24 @@ def test_repeated_layers_join_into_one_region():
     check_plan(dag, plan)
     assert len(plan.kernels) == 1 and plan.regions == (0,)
     assert plan.kernels[0].nodes == frozenset(dag.without_dead().nodes)
+
+
+def test_near_ties_stop_the_search():
+    """Joined runs of alike segments priced a few per cent above their estimate (noise): with no
+    tolerance the search prices run after run; within the tolerance it stops at the singles, and
+    the choice is within the tolerance of the brute-force optimum (Note [near ties stop the search])."""
+    n = 7
+    plan_costs = [10.0] * n
+
+    def price(i, j):
+        asked.append((i, j))
+        return 1.0 if i == j else (j - i + 1) * 1.03
+
+    asked = []
+    choose_regions(plan_costs, price, tolerance=0.0)
+    assert len(asked) > 3 * n
+    asked = []
+    runs = choose_regions(plan_costs, price, tolerance=0.02)
+    assert len(asked) == n and runs == [(s, s) for s in range(n)]
+    best = min(total(plan_costs, r, price) for r in covers(n))
+    assert total(plan_costs, runs, price) <= 1.02 * best
