@@ -80,3 +80,18 @@ def test_a_dtype_numpy_does_not_know_is_one_line():
 
     with pytest.raises(ValueError, match=r"^cannot make random values of dtype qint8$"):
         oracle.random_array(np.random.default_rng(0), TensorType((2,), "qint8"))
+
+
+def test_a_fortran_ordered_constant_is_fed_in_c_order():
+    """Kernels read raw data pointers: every feed is C-contiguous, whatever layout a constant has."""
+    b = Builder()
+    w = b.constant(np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)))
+    feed = oracle.random_feeds(b.g, [w])[w]
+    assert feed.flags.c_contiguous and np.array_equal(feed, np.arange(6).reshape(2, 3))
+
+
+def test_magnitude_of_integers_and_of_nothing_finite():
+    assert oracle.magnitude(np.array([-128, 5], np.int8)) == 128.0  # no int8 wrap-around
+    assert oracle.magnitude(np.array([np.nan, np.inf])) == 0.0
+    allnan = np.full(4, np.nan, np.float32)
+    assert oracle.compare(allnan.copy(), allnan)[:2] == (True, 0.0)
