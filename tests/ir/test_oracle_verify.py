@@ -95,3 +95,14 @@ def test_magnitude_of_integers_and_of_nothing_finite():
     assert oracle.magnitude(np.array([np.nan, np.inf])) == 0.0
     allnan = np.full(4, np.nan, np.float32)
     assert oracle.compare(allnan.copy(), allnan)[:2] == (True, 0.0)
+
+
+def test_compare_never_raises_and_reports_the_true_error():
+    big = np.array([1e308, 0.0])
+    with np.errstate(all="raise"):  # a caller's strict floating-point mode: still no exception
+        ok, err, detail = oracle.compare(-big, big)
+    assert not ok and err == np.inf and ">" in detail
+    ok, err, detail = oracle.compare(np.array([np.inf, 1.0]), np.array([-np.inf, 1.0]))
+    assert not ok and err == np.inf and "an infinity of the reference differs" in detail
+    ok, err, _ = oracle.compare(np.array([0.5, 2.0]), np.array([0, 2]))  # an integer reference: exact
+    assert not ok and err == 0.5
