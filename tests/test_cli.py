@@ -215,7 +215,7 @@ def test_compile_providers_and_regions_flags(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "provider region" not in text
     providers = {line.split()[1] for line in text.splitlines() if line[:4].strip().isdigit()}
-    assert providers and providers <= {"c", "torch"}, text
+    assert providers and providers <= {"c", "linear", "torch"}, text
     assert main(["compile", str(EXAMPLE), "-o", str(out), "--providers", "tvm", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kernorch: error: unknown provider(s) tvm") and err.count("\n") == 1

@@ -119,7 +119,7 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | N
 
 
 class LinearKernel(Kernel):
-    provider = "torch"
+    provider = "linear"  # the code generator's linear kernels; "torch" is the PyTorch provider
 
     def __init__(self, g: Graph, members: Iterable[int], outputs: Sequence[int]) -> None:
         members = set(members)

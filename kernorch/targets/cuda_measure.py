@@ -31,7 +31,7 @@ from kernorch.orchestrate.measure import MeasureStats, ordered_outputs
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
-CUDA_CODEGEN_VERSION = "t1"
+CUDA_CODEGEN_VERSION = "t2"  # t2: the linear kernels are provider "linear"
 REPS = 20  # kernel launches per captured graph
 BATCH = 48  # candidates built (and compiled in parallel) ahead of timing
 ROUNDS = 5  # graph replays timed

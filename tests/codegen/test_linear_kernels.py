@@ -85,7 +85,7 @@ def test_linear_matches_interpreter(name):
     g, members, outputs = CASES[name]()
     assert codegen.can_generate(g, members, outputs), codegen.why_not(g, members, outputs)
     kernel = codegen.build_kernel(g, members, outputs)
-    assert kernel.provider == "torch"
+    assert kernel.provider == "linear"
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 

@@ -40,7 +40,7 @@ def test_candy_matches_onnxruntime(candy):
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
     _close(model(x), _ort(path, x))
     providers = {k.provider for k in model.kernels}
-    assert providers == {"triton", "torch"}, providers  # convolutions through torch, the rest fused Triton
+    assert providers == {"triton", "linear"}, providers  # convolutions through cuDNN, the rest fused Triton
     fused = [i for i in model.executable.infos if i.provider == "triton" and {"sum", "sqrt", "relu"} <= set(i.ops)]
     assert fused, "instance norm + relu should be one Triton kernel"
 
