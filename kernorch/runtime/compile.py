@@ -245,9 +245,8 @@ def _orchestrate(model: Any, example_inputs: Any, *, target: targets.Target, str
 def _no_plan(e: Exception, measured) -> KernorchError:
     """The solver found no plan: say it in the user's terms (which kernels failed, what to try),
     not as the binary program's status."""
-    stats = getattr(measured, "stats", None)
-    failed = getattr(stats, "failed", 0)
-    first = (getattr(stats, "failures", None) or [""])[0]
+    failed = measured.stats.failed  # every target's measurer keeps MeasureStats
+    first = (measured.stats.failures or [""])[0]
     why = (f"{failed} candidate kernel(s) failed to build or to match the reference interpreter"
            + (f" (first: {first[:160]})" if first else "")) if failed else \
         "no candidate kernel computes some part of it (an operator no kernel provider can run here)"
