@@ -28,7 +28,7 @@ from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
 from kernorch import targets
-from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
+from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.whole import original_regions, region_plan, source_model
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
@@ -424,10 +424,5 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
         if name != "codegen":
             c = plan.kernels[k]
             kernels[k] = ProviderKernel(providers[name].build(g, set(c.nodes), ordered_outputs(pos, c)))
-    producers = g.producers()
-    infos = []
-    for cand, kern, est in zip(plan.kernels, kernels, plan.costs):
-        members = tuple(sorted(cand.nodes, key=pos.__getitem__))
-        infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
-    return executable_for(g, kernels, infos)
+    return plan_executable(g, plan, kernels)
 

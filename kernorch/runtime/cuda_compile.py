@@ -13,8 +13,8 @@ from kernorch.codegen.triton_kernel import HostKernel, TritonKernel, build_cuda,
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.measure import ordered_outputs
 from kernorch.orchestrate.plan import Plan
-from kernorch.runtime.cuda_exec import cuda_executable
-from kernorch.runtime.executable import KernelInfo
+from kernorch.runtime.cuda_exec import CudaExecutable
+from kernorch.runtime.executable import plan_executable
 from kernorch.targets.cuda_measure import CudaMeasuredCost, CudaOptions, config_of, verify_on_device
 
 
@@ -25,8 +25,7 @@ def build_plan_cuda(g: Graph, plan: Plan, device: torch.device, options: CudaOpt
     GPU once built; one that fails to compile or verify runs on the host instead (reported).
     Returns the executable and the fallbacks."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
-    producers = g.producers()
-    kernels, infos, fallbacks = [], [], []
+    kernels, fallbacks = [], []
     for cand in plan.kernels:
         outs = ordered_outputs(pos, cand)
         best = measured.best.get(measured.key(cand)) if measured is not None else None
@@ -46,9 +45,6 @@ def build_plan_cuda(g: Graph, plan: Plan, device: torch.device, options: CudaOpt
                 if reason is not None:
                     fallbacks.append(f"{kern.key[:12]} {reason}")
                     kernels[k] = HostKernel(g, cand.nodes, ordered_outputs(pos, cand), device)
-    for cand, kern, est in zip(plan.kernels, kernels, plan.costs):
-        members = tuple(sorted(cand.nodes, key=pos.__getitem__))
-        infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
     if fallbacks:
         warnings.warn(f"kernorch: {len(fallbacks)} Triton kernel(s) run on the host instead: {fallbacks[0]}")
-    return cuda_executable(g, kernels, infos, device, options), fallbacks
+    return plan_executable(g, plan, kernels, CudaExecutable, device=device, options=options), fallbacks

@@ -225,3 +225,16 @@ def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[K
     types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
     constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
     return (cls or Executable)(Signature.of(g), kernels, infos, types, constants, **device)
+
+
+def plan_executable(g: Graph, plan, kernels: Sequence[RuntimeKernel], cls: type[Executable] | None = None,
+                    **device: Any) -> Executable:
+    """``executable_for`` the built ``kernels`` of ``plan`` (one per plan kernel, in order), each
+    reported with its prims, provider and planned cost: every target's last build step."""
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    producers = g.producers()
+    infos = []
+    for cand, kern, est in zip(plan.kernels, kernels, plan.costs):
+        members = tuple(sorted(cand.nodes, key=pos.__getitem__))
+        infos.append(KernelInfo(members, tuple(producers[v].op.value for v in members), kern.provider, est))
+    return executable_for(g, kernels, infos, cls, **device)
