@@ -106,3 +106,11 @@ def test_compare_never_raises_and_reports_the_true_error():
     assert not ok and err == np.inf and "an infinity of the reference differs" in detail
     ok, err, _ = oracle.compare(np.array([0.5, 2.0]), np.array([0, 2]))  # an integer reference: exact
     assert not ok and err == 0.5
+
+
+def test_tensors_that_require_grad_are_read():
+    import torch
+
+    t = torch.ones(3, requires_grad=True) * 2  # np.asarray alone refuses such a tensor
+    assert np.array_equal(oracle.to_numpy(t), [2.0, 2.0, 2.0])
+    assert oracle.check([1], [t], {1: np.full(3, 2.0, np.float32)})[0]
