@@ -26,13 +26,13 @@ class CannotGenerate(KernorchError):
 
 class _GraphInfo:
     """Per-graph facts the checks need, computed once: prim positions, kinds, and the per-prim
-    reason (or None) a C kernel could not hold it."""
+    reason (or None) a kernel of each generator could not hold it."""
 
     def __init__(self, g: Graph) -> None:
         self.n = len(g.prims)
         self.pos = {p.output: k for k, p in enumerate(g.prims)}
         self.kind = {p.output: p.kind for p in g.prims}
-        self.c_reason: dict[int, str | None] = {}
+        self.prim_reason: dict[tuple[str, int], str | None] = {}  # (generator, value) -> reason
 
 
 _INFO: "weakref.WeakKeyDictionary[Graph, _GraphInfo]" = weakref.WeakKeyDictionary()
@@ -64,8 +64,11 @@ def kernel_kind(g: Graph, members: set[int], outputs: Sequence[int],
     return Kind.OPAQUE if Kind.OPAQUE in kinds else Kind.LINEAR if Kind.LINEAR in kinds else None
 
 
-def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | None:
-    """None when the kernel can be generated, else a one-line reason."""
+def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator: str = "C",
+            prim_check: Callable[[Graph, Prim], str | None] | None = None) -> str | None:
+    """None when the kernel can be built, else a one-line reason. The structure (outputs computed,
+    an opaque prim alone, a linear prim as linear.py takes it) is every target's; each memory-bound
+    prim must suit ``generator`` (dtypes, sizes, tables, then the generator's own ``prim_check``)."""
     members = set(members)
     info = _info(g)
     if not members:
@@ -88,10 +91,12 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | N
 
         return linear.why_not(g, members, outputs)
     for v in sorted(members, key=info.pos.__getitem__):
-        if v not in info.c_reason:
-            info.c_reason[v] = _why_not_c(g, g.prims[info.pos[v]])
-        if info.c_reason[v] is not None:
-            return info.c_reason[v]
+        key = (generator, v)
+        if key not in info.prim_reason:
+            p = g.prims[info.pos[v]]
+            info.prim_reason[key] = _why_not_prim(g, p, generator) or (prim_check(g, p) if prim_check else None)
+        if info.prim_reason[key] is not None:
+            return info.prim_reason[key]
     return None
 
 
@@ -100,11 +105,11 @@ def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:
     return p.origin or g.name(p.output)
 
 
-def _why_not_c(g: Graph, p: Prim) -> str | None:
+def _why_not_prim(g: Graph, p: Prim, generator: str) -> str | None:
     for v in (*p.inputs, p.output):
         t = g.types[v]
         if t.dtype not in DTYPES:
-            return f"dtype {t.dtype} of {g.name(v)} is not supported by the C generator"
+            return f"dtype {t.dtype} of {g.name(v)} is not supported by the {generator} generator"
         if 0 in t.shape:
             return f"{g.name(v)} is empty"
     if p.op in BAD_ON_BOOL and any(g.types[v].dtype == "bool" for v in p.inputs):

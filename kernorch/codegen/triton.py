@@ -18,14 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.codegen import literals
-from kernorch.codegen.feasible import kernel_prims, why_not
+from kernorch.codegen.feasible import why_not
 from kernorch.codegen.kernel import Let
 from kernorch.codegen.lower_base import identity
 from kernorch.codegen.triton_lower import (Barrier, Def, Fill, Fold, Group, Lane, Put, Reduce, TLoop, TritonConfig,
                                            TritonSpec, lower_triton, np2)
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op
+from kernorch.ir.prims import Op
 
 TL = {"float32": "tl.float32", "float64": "tl.float64", "int8": "tl.int8", "int16": "tl.int16", "int32": "tl.int32",
       "int64": "tl.int64", "uint8": "tl.uint8", "uint16": "tl.uint16", "uint32": "tl.uint32", "uint64": "tl.uint64",
@@ -126,16 +126,14 @@ UNSUPPORTED = {Op.POW: "integer pow"}  # ops the printer has no integer form for
 
 def why_not_triton(g: Graph, members, outputs) -> str | None:
     """None when kernorch can run this kernel on CUDA: as Triton (memory-bound prims), through
-    torch (one linear prim, see linear.py) or the reference (one opaque prim); else the reason."""
-    reason = why_not(g, members, outputs)
-    if reason is not None:
-        return reason
-    prims = kernel_prims(g, members)
-    if any(p.kind in (Kind.LINEAR, Kind.OPAQUE) for p in prims):
-        return None
-    for p in prims:
-        if p.op in UNSUPPORTED and any(g.types[v].dtype not in ("float32", "float64") for v in (*p.inputs, p.output)):
-            return f"{UNSUPPORTED[p.op]} ({g.name(p.output)}) is not supported by the Triton generator"
+    torch (one linear prim, see linear.py) or the reference (one opaque prim); else the reason,
+    in the Triton generator's words."""
+    return why_not(g, members, outputs, "Triton", _why_not_prim)
+
+
+def _why_not_prim(g: Graph, p) -> str | None:
+    if p.op in UNSUPPORTED and any(g.types[v].dtype not in ("float32", "float64") for v in (*p.inputs, p.output)):
+        return f"{UNSUPPORTED[p.op]} ({g.name(p.output)}) is not supported by the Triton generator"
     return None
 
 
