@@ -45,9 +45,13 @@ def original_kernel(g: Graph, proto, members: Iterable[ValueId], outputs: Sequen
     return OnnxKernel(proto, list(sub.inputs), feeds, list(sub.outputs), names, frozenset(), Counter())
 
 
+SMALL = 1024  # bytes: initializers below this stay in the saved ONNX model
+
+
 def shared_weights(g: Graph, proto) -> list[list]:
-    """(position, value id, name) of each initializer of ``proto`` that is bit-equal to the graph
-    constant of the same name: a saved model stores those once, in its weights file."""
+    """(position, value id, name) of each initializer of ``proto`` (of at least ``SMALL`` bytes)
+    that is bit-equal to the graph constant of the same name: a saved model stores those once, in
+    its weights file."""
     from onnx import numpy_helper
 
     by_name = {g.name(v): v for v in g.constants}
@@ -57,6 +61,8 @@ def shared_weights(g: Graph, proto) -> list[list]:
         if v is None:
             continue
         a, b = numpy_helper.to_array(t), np.asarray(g.constants[v])
+        if a.ndim == 0 or a.nbytes < SMALL:  # not worth it; and a saved graph may hold scalars as immediates
+            continue
         if a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes():
             out.append([i, v, t.name])
     return out
