@@ -16,6 +16,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,21 @@ def main() -> None:
     print(f"kernorch {kn[0] * 1e6:.1f} us, onnxruntime {ref[0] * 1e6:.1f} us (medians, interleaved; min "
           f"{kn[1] * 1e6:.1f} / {ref[1] * 1e6:.1f} us), kernorch / onnxruntime speed {ref[0] / kn[0]:.2f}x "
           f"(min {ref[1] / kn[1]:.2f}x)")
+    own = kernorch.compile(EXAMPLE, cost="model", regions=False, threads=args.threads, progress=False,
+                           db=tmp / "db.sqlite")
+    ex = own.executable
+
+    def own_call(native: bool):
+        def call():
+            ex.native = native
+            return own(img)
+        return call
+
+    loop, nat = interleaved([own_call(False), own_call(True)])
+    kinds = ", ".join(f"{n} {p}" for p, n in sorted(Counter(k.provider for k in own.kernels).items()))
+    print(f"bundled example, kernorch's own kernels (regions off, modelled costs: {kinds}): Python loop "
+          f"{loop[0] * 1e6:.1f} us, native runs {nat[0] * 1e6:.1f} us (medians; min {loop[1] * 1e6:.1f} / "
+          f"{nat[1] * 1e6:.1f} us)")
 
 
 def interleaved(fns, seconds: float = 2.0) -> list[tuple[float, float]]:
