@@ -345,3 +345,29 @@ def test_highs_refuses_a_bad_option(monkeypatch):
                         lambda self, k, v: real(self, "mip_rel_gapp" if k == "mip_rel_gap" else k, v))
     with pytest.raises(SolverError, match="HiGHS rejected option mip_rel_gap"):
         solve(DEADLOCK)
+
+
+QUIET = """
+import os
+from kernorch.orchestrate.solver import Problem, solve
+solve(Problem([1.0], [("a",)], [()], ["a"]))  # the process's first HiGHS instance prints its banner
+os.write(1, b"after\\n")
+"""
+
+
+def test_highs_banner_stays_off_stdout_and_stdout_is_restored():
+    """In a fresh process (HiGHS prints its banner once, from C++, at the first instance)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", QUIET], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "after\n" and "HiGHS" not in r.stderr
+
+
+def test_a_model_highs_refuses_is_an_error(monkeypatch):
+    import highspy
+
+    monkeypatch.setattr(highspy.Highs, "passModel", lambda self, lp: highspy.HighsStatus.kWarning)
+    with pytest.raises(SolverError, match="^HiGHS rejected the model$"):
+        solve(DEADLOCK)
