@@ -275,7 +275,9 @@ def kernel_analysis(model, feeds: dict[str, np.ndarray], repeat: int, copy_bw: O
             bw = nbytes / s if s > 0 else float("inf")
             frac = bw / copy_bw if copy_bw else None
             kernels.append(dict(k=k, ops=" ".join(info.ops)[:80], seconds=s, bytes=nbytes, gbs=bw / 1e9, frac=frac))
-    out = dict(total_s=total, shares={c: t / total for c, t in by_class.items()}, n_memory=len(kernels))
+    priced = [info.seconds for info in ex.infos]
+    out = dict(total_s=total, shares={c: t / total for c, t in by_class.items()}, n_memory=len(kernels),
+               by_class_s=by_class, priced_s=sum(priced) if all(p is not None for p in priced) else None)
     if copy_bw and kernels:
         mem_t = sum(x["seconds"] for x in kernels) or float("nan")
         out["median_frac"] = statistics.median(x["frac"] for x in kernels)

@@ -126,6 +126,42 @@ def tables(run: dict) -> list[Table]:
     out.append(("End to end: kernorch optimal vs the best peer (fastest matching peer)",
                 ["model", "optimal ms", "best peer", "peer ms", "speedup", "vs ort", "vs eager"], rows, []))
 
+    rows, gs = [], {k: [] for k in ("tc", "ort", "best")}
+    for r in ms:
+        own = _ms(r, "kn-own", True)
+        peers_ok = {c: _ms(r, c, True) for c in ("ort", "openvino") if _ms(r, c, True) is not None}
+        best = min(peers_ok, key=peers_ok.get) if peers_ok else None
+        ratios = {"tc": _ratio(_ms(r, "torch.compile", True), own), "ort": _ratio(_ms(r, "ort", True), own),
+                  "best": _ratio(peers_ok.get(best), own) if best else None}
+        for k, v in ratios.items():
+            gs[k].append(v)
+        rows.append([_label(r), _cell(r, "kn-own"), _cell(r, "torch.compile"), _x(ratios["tc"]), _cell(r, "ort"),
+                     _x(ratios["ort"]), best or "-", _x(ratios["best"])])
+    rows.append(["geomean", "", "", _x(geomean(gs["tc"])), "", _x(geomean(gs["ort"])), "", _x(geomean(gs["best"]))])
+    out.append(("kernorch's own engine (kn-own: generated C + oneDNN kernels on one thread pool, no provider regions) "
+                "vs the peers (speed = peer ms / kn-own ms; > 1 = kn-own faster)",
+                ["model", "kn-own ms", "torch.compile ms", "vs torch.compile", "ort ms", "vs ort", "best of ort/openvino",
+                 "vs best"], rows, []))
+
+    rows = []
+    for r in ms:
+        k = r.get("kernels", {}).get("kn-own", {})
+        own = _ms(r, "kn-own", True)
+        if "by_class_s" not in k or own is None:
+            rows.append([_label(r)] + ["-"] * 6)
+            continue
+        priced = k.get("priced_s")
+        cls = k["by_class_s"]
+        over = max(0.0, own / 1e3 - k["total_s"])
+        rows.append([_label(r), "-" if priced is None else f"{priced * 1e3:.3g}", f"{own:.3g}",
+                     "-" if not priced else f"{own / 1e3 / priced:.2f}",
+                     f"{cls['linear'] / (own / 1e3):.0%}", f"{(cls['memory'] + cls['opaque']) / (own / 1e3):.0%}",
+                     f"{over / (own / 1e3):.0%}"])
+    out.append(("kn-own plan: priced (sum of the solver's kernel prices) vs measured end to end, and where the "
+                "measured time goes (kernels profiled one by one in the model)",
+                ["model", "priced ms", "measured ms", "measured / priced", "linear kernels", "memory-bound kernels",
+                 "overhead (rest)"], rows, []))
+
     rows = []
     for r in ms:
         cold, warm = r.get("compiles", {}).get("cold", {}), r.get("compiles", {}).get("warm", {})

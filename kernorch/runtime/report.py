@@ -32,6 +32,7 @@ class CompileReport:
     plan_summary: str = ""
     roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
     end_to_end: dict[str, float] = field(default_factory=dict)  # plan vs whole-graph region, median s
+    priced_s: float | None = None  # the solver's plan: sum of its kernels' prices (measured compiles)
     # Trust in the measurements (Note [trusted timing] in README "Tuning on a busy machine").
     disturbed: int = 0  # timing samples discarded: the process waited for a CPU during them
     remeasured: int = 0  # kernels measured again because their first price was doubtful

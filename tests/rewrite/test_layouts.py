@@ -1,0 +1,78 @@
+"""Layout pairs (rewrite/layouts.py): the pass changes no value, pairs every 2-D convolution's
+activation and result once, and a compiled model with them matches onnxruntime whichever side
+of each pair its kernels cut at."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import kernorch
+from kernorch.ir import interp
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import ConvAttrs, Op
+from kernorch.orchestrate.knobs import Knobs
+from kernorch.rewrite.layouts import channels_last_pairs
+
+
+def _two_convs():
+    rng = np.random.default_rng(0)
+    b = Builder()
+    x = b.input((1, 3, 9, 9))
+    w1 = b.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    w2 = b.constant(rng.standard_normal((4, 4, 1, 1)).astype(np.float32))
+    y = b.unary(Op.RELU, b.conv(x, w1, None, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1)))
+    z = b.conv(y, w2, None, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
+    b.g.outputs = [b.binary(Op.ADD, z, y), y]
+    return b.g
+
+
+def test_pairs_change_no_value():
+    g = _two_convs()
+    paired, n = channels_last_pairs(g)
+    assert n == 4  # each convolution's activation (x, relu's output) and result
+    feeds = {g.inputs[0]: np.random.default_rng(1).standard_normal((1, 3, 9, 9)).astype(np.float32)}
+    want, got = interp.run(g, feeds), interp.run(paired, feeds)
+    for v in g.outputs:
+        np.testing.assert_array_equal(want[v], got[v])
+    assert paired.outputs == g.outputs and paired.inputs == g.inputs
+    nhwc = [p for p in paired.prims if p.op is Op.VIEW and paired.types[p.output].shape[-1] == 4
+            and paired.types[p.output].shape[1] == 9]
+    assert nhwc, "no NHWC value of a convolution result in the paired graph"
+
+
+def test_conv_result_feeding_a_conv_is_paired_once():
+    g = _two_convs()
+    paired, _ = channels_last_pairs(g)
+    conv2 = [p for p in paired.prims if p.op is Op.CONV][1]
+    chain = paired.producers()[conv2.inputs[0]]
+    assert chain.op is Op.VIEW  # conv 2 reads the permuted-back twin of relu's output
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.c3 = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.c1(x))
+        z = torch.sigmoid(self.c2(y)) * y
+        return torch.relu(self.c3(z) + y)
+
+
+@pytest.mark.parametrize("layouts", [True, False])
+def test_compiled_with_and_without_pairs_matches_onnxruntime(tmp_path, layouts):
+    torch.manual_seed(0)
+    net, x = _Net().eval(), torch.randn(1, 3, 12, 12)
+    path = tmp_path / "net.onnx"
+    torch.onnx.export(net, (x,), str(path), dynamo=False, input_names=["x"])
+    m = kernorch.compile(str(path), threads=2, regions=False, progress=False, db=tmp_path / "db.sqlite",
+                         knobs=Knobs(layouts=layouts))
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(m(x.numpy()), want, rtol=1e-4, atol=1e-4)
+    assert (m.report.rewrites.get("channels_last_pairs", 0) == 6) == layouts
+    if layouts:  # saved and loaded, the plan with its layout choices gives the same result
+        m2 = kernorch.load(m.save(tmp_path / "saved"))
+        np.testing.assert_array_equal(m2(x.numpy()), m(x.numpy()))
