@@ -100,19 +100,27 @@ class Parallel:
 Stmt = Union[Let, Store, Accum, Decl, Loop, Parallel]
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    """One kernel: arguments (inputs, outputs, scratch, in that order), a body of Parallel
-    groups executed in sequence, variable ranges, and ``workspace`` bytes of scratch.
-    ``inputs``/``outputs`` are graph value ids in argument order; ``comment`` describes the prims."""
+@dataclass(frozen=True, kw_only=True)
+class SpecHeader:
+    """What every generated kernel's description states (the C KernelSpec below, the Triton
+    TritonSpec): its name, arguments (inputs, outputs, scratch, in that order), variable ranges,
+    graph value ids of ``inputs``/``outputs`` in argument order, canonical ``key``, a ``comment``
+    describing the prims and the lowerer's ``notes``."""
 
     name: str
     args: tuple[Arg, ...]
-    body: tuple[Stmt, ...]
     sizes: tuple[int, ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     key: str = ""
     comment: str = ""
-    workspace: int = 0
     notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelSpec(SpecHeader):
+    """One C kernel: a body of Parallel groups executed in sequence and ``workspace`` bytes of
+    scratch."""
+
+    body: tuple[Stmt, ...]
+    workspace: int = 0

@@ -86,8 +86,9 @@ class _Lowerer(KernelLowerer):
             stored = [v for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE]
             notes.append("stored to avoid recomputation: " + ", ".join(local[v] for v in stored))
         key = g.kernel_key(set(self.producers), self.outputs)
-        return KernelSpec(name or f"kn_{key[:16]}", args, body, tuple(self.vs.sizes), tuple(self.ext),
-                          tuple(self.outputs), key, comment, self.arena, tuple(notes))
+        return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=body, sizes=tuple(self.vs.sizes),
+                          inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
+                          workspace=self.arena, notes=tuple(notes))
 
     # -- groups and stages ------------------------------------------------------------------
     def group(self, stages: list[Stage], P: int) -> Parallel:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 
 from kernorch.codegen import indexing
 from kernorch.codegen.feasible import CannotGenerate
-from kernorch.codegen.kernel import Arg, Let
+from kernorch.codegen.kernel import Let, SpecHeader
 from kernorch.codegen.lower_base import KernelLowerer, identity
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.codegen.schedule import Stage, Vars, make_schedule
@@ -138,22 +138,14 @@ class Group:
     warps: int
 
 
-@dataclass(frozen=True)
-class TritonSpec:
-    """One kernel: args (inputs, outputs, scratch; every scratch value its own buffer), groups
-    launched in order, variable ranges, ``index64`` when offsets need 64-bit arithmetic."""
+@dataclass(frozen=True, kw_only=True)
+class TritonSpec(SpecHeader):
+    """One Triton kernel (every scratch value its own buffer): groups launched in order,
+    ``index64`` when offsets need 64-bit arithmetic, the tile ``config``."""
 
-    name: str
-    args: tuple[Arg, ...]
     groups: tuple[Group, ...]
-    sizes: tuple[int, ...]
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    key: str
-    comment: str
     index64: bool
     config: TritonConfig
-    notes: tuple[str, ...] = field(default=())
 
 
 def np2(n: int) -> int:
@@ -223,8 +215,9 @@ class _Lowerer(KernelLowerer):
         index64 = max(a.size for a in args) >= INDEX32_LIMIT
         notes = tuple(f"group {gi}: P={grp.o.extent}, BO={grp.o.block}, grid {grp.grid}, warps {grp.warps}"
                       for gi, grp in enumerate(groups))
-        return TritonSpec(name, args, tuple(groups), tuple(self.vs.sizes), tuple(self.ext),
-                          tuple(self.outputs), key, self.describe()[0], index64, self.config, notes)
+        return TritonSpec(name=name, args=args, groups=tuple(groups), sizes=tuple(self.vs.sizes),
+                          inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=self.describe()[0],
+                          index64=index64, config=self.config, notes=notes)
 
     # -- one group: one Triton program --------------------------------------------------------
     def group(self, name: str, stages: list[Stage], P: int) -> Group:

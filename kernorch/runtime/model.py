@@ -200,7 +200,8 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
         raise KernorchError("its arguments or function name do not match its prims and source")
     if not 1 <= threads <= 4096 or not 0 <= workspace < 1 << 40:
         raise KernorchError(f"implausible threads {threads} or workspace {workspace}")
-    spec = KernelSpec(name, (), (), (), tuple(inputs), tuple(outputs), str(rec["key"]), workspace=workspace)
+    spec = KernelSpec(name=name, args=(), body=(), sizes=(), inputs=tuple(inputs), outputs=tuple(outputs),
+                      key=str(rec["key"]), workspace=workspace)
     lib = load_library(r.blob_path(rec["lib"]).resolve())
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
 
