@@ -169,7 +169,14 @@ def _numpy_runner(sess, k: OnnxKernel):
     native = getattr(getattr(sess, "_sess", None), "run", None)
     if native is None:
         return lambda inputs: sess.run(names, {name: inputs[i] for i, name in feeds})
-    return lambda inputs: native(names, {name: inputs[i] for i, name in feeds}, None)
+
+    def run_numpy(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return native(names, {name: inputs[i] for i, name in feeds}, None)
+
+    # (run on a {feed name: array} dict, output names, (kernel input position, feed name)): lets a
+    # one-kernel plan feed the session straight from the call's arguments (runtime/calls.py).
+    run_numpy.by_name = (lambda fed: native(names, fed, None), feeds)
+    return run_numpy
 
 
 def _binder(sess, k: OnnxKernel):

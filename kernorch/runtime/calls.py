@@ -104,10 +104,12 @@ class CallPlan:
         # One kernel returning every graph output from graph inputs only (a whole-model region):
         # called directly, nothing else to arrange.
         self.single = None
+        self.by_name = None  # (run on {feed name: array}, [(feed name, argument index)]) of a single kernel
         if not shared and len(self.steps) == 1 and list(self.steps[0][3]) == self.answer:
             _, fn, (ins, patch, wants), _, _ = self.steps[0]
             if all(i < len(graph.inputs) for _, i in patch):
                 self.single = (fn, ins, patch, wants)
+                self.by_name = _by_name(fn, patch)
 
     @staticmethod
     def _python_step(entry: tuple, index: dict[int, int], spec) -> list:
@@ -132,6 +134,14 @@ class CallPlan:
             for a, (shape, dtype, _) in zip(args, specs):
                 if type(a) is not _NDARRAY or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
                     return None
+            if self.by_name is not None:  # a whole-model region: straight to the runtime
+                run, feeds = self.by_name
+                out = run({name: args[i] for name, i in feeds})
+                for k, (shape, dt) in enumerate(self.single[3]):
+                    r = out[k]
+                    if r.shape != shape or r.dtype != dt:
+                        out[k] = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
+                return out
             return self(args, True)
         for a, (shape, _, dtype) in zip(args, specs):
             if (type(a) is not _TENSOR or a.dtype != dtype or a.shape != shape or a.requires_grad
@@ -199,3 +209,16 @@ class CallPlan:
             env[i] = r if numpy else torch.from_numpy(r)
             if p:
                 self.table[i] = pointer(env[i])
+
+
+def _by_name(fn, patch: list) -> tuple | None:
+    """The single kernel's by-name entry (``run_numpy.by_name``), its feeds mapped to the call's
+    arguments; None when it has none or reads a position no argument fills."""
+    entry = getattr(fn, "by_name", None)
+    if entry is None:
+        return None
+    run, feeds = entry
+    arg_at = dict(patch)
+    if any(pos not in arg_at for pos, _ in feeds):
+        return None
+    return run, [(name, arg_at[pos]) for pos, name in feeds]
