@@ -83,9 +83,11 @@ def main() -> None:
     opts.intra_op_num_threads = args.threads
     sess = ort.InferenceSession(str(EXAMPLE), opts, providers=["CPUExecutionProvider"])
     kn, ref = interleaved([lambda: model(img), lambda: sess.run(None, {"input": img})])
-    e2e = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in model.report.end_to_end.items())
+    race = model.report.end_to_end
+    e2e = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in race.items())
+    kept = f", kept: {min(race, key=race.get)}" if race else ""
     print(f"\nbundled example ({len(model.kernels)} kernels: "
-          f"{', '.join(sorted({k.provider for k in model.kernels}))}; compile's end-to-end race: {e2e})")
+          f"{', '.join(sorted({k.provider for k in model.kernels}))}; compile's end-to-end race: {e2e}{kept})")
     print(f"kernorch {kn[0] * 1e6:.1f} us, onnxruntime {ref[0] * 1e6:.1f} us (medians, interleaved; min "
           f"{kn[1] * 1e6:.1f} / {ref[1] * 1e6:.1f} us), kernorch / onnxruntime speed {ref[0] / kn[0]:.2f}x "
           f"(min {ref[1] / kn[1]:.2f}x)")
