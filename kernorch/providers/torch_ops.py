@@ -70,7 +70,17 @@ class TorchProvider(Provider):
             with torch.no_grad():
                 return run(inputs)
 
+        def call_into(inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+            """Results copied straight into the planned buffers: one pass, whatever the memory
+            format a library left them in (a channels-last convolution result into NCHW)."""
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            with torch.no_grad():
+                for o, r in zip(outs, prog.run(inputs, finish=False)):
+                    o.copy_(r.reshape(o.shape))
+
         return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail,
+                           run_into=None if self.variant == "jit" else call_into,
                            state={"threads": threads})  # loading builds it again from its prims
 
 
