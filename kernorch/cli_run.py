@@ -39,7 +39,7 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("--rewrites", metavar="RULES", help="comma-separated rewrite rules ('' for none; default set)")
     q.add_argument("--providers", metavar="NAMES",
                    help="comma-separated external kernel providers (ort, openvino, torch, ...; '' for kernorch's "
-                        "own kernels only; default ort,openvino,torch)")
+                        "own kernels only; default ort,openvino,torch,torch_onednn)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
     q.add_argument("--ray", metavar="ADDRESS", help="measure candidates on a Ray cluster ('auto', host:port or "
