@@ -141,3 +141,36 @@ def test_refuses_computed_weights():
     x, w = b.input((1, 4, 6, 6)), b.input((4, 4, 3, 3))
     b.g.outputs = [b.conv(x, w, None, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1))]
     assert "constant" in TorchProvider("onednn").can_run(b.g, [p.output for p in b.g.prims], b.g.outputs)
+
+
+def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
+    """A regions-off compile whose linear kernels are all oneDNN ones: matches onnxruntime, and the
+    saved plan loads (kernels rebuilt from their prims) to bit-identical results."""
+    import onnxruntime as ort
+
+    import kernorch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(8, 8, 1)
+            self.fc = torch.nn.Linear(8, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.c1(x))
+            y = torch.relu(self.c2(y) + y)
+            return torch.sigmoid(self.fc(y.mean(dim=(2, 3))))
+
+    torch.manual_seed(0)
+    net, x = Net().eval(), torch.randn(2, 3, 10, 10)
+    path = tmp_path / "net.onnx"
+    torch.onnx.export(net, (x,), str(path), dynamo=False, input_names=["x"])
+    m = kernorch.compile(str(path), threads=2, regions=False, progress=False, db=tmp_path / "db.sqlite",
+                         providers=("torch_onednn",))
+    assert sum(i.provider == "torch_onednn" for i in m.executable.infos) == 3
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(m(x.numpy()), want, rtol=1e-4, atol=1e-5)
+    loaded = kernorch.load(m.save(tmp_path / "saved"))
+    assert [i.provider for i in loaded.executable.infos] == [i.provider for i in m.executable.infos]
+    np.testing.assert_array_equal(loaded(x.numpy()), m(x.numpy()))
