@@ -114,3 +114,13 @@ def test_tensors_that_require_grad_are_read():
     t = torch.ones(3, requires_grad=True) * 2  # np.asarray alone refuses such a tensor
     assert np.array_equal(oracle.to_numpy(t), [2.0, 2.0, 2.0])
     assert oracle.check([1], [t], {1: np.full(3, 2.0, np.float32)})[0]
+
+
+def test_kernel_inputs_in_their_own_order_and_the_detail_of_a_pass():
+    b = Builder()
+    x1, x2 = b.input((5,)), b.input((5,))
+    y = b.binary(Op.SUB, x1, x2)
+    b.g.outputs = [y]
+    # the kernel lists its inputs in another order than the subgraph: each still gets its own data
+    assert oracle.verify(lambda xs: [xs[1] - xs[0]], [x2, x1], [y], b.g, {y}) == (True, 0.0, "ok")
+    assert oracle.compare(np.ones(3), np.ones(3))[2] == "max abs error 0 <= tolerance 0.0001"
