@@ -45,6 +45,7 @@ def test_every_field_round_trips_and_created_is_kept(tmp_path):
         assert (rows[1].target, rows[1].version, rows[1].record) == ("cpu", "v", full)
         found = db.find("old", "cpu", "v", "torch")
         assert found.created == 5.0 and found.record.detail == "boom" and not found.record.ok
+        assert (found.key, found.target, found.version) == ("old", "cpu", "v")
         assert db.find("old", "cpu", "v", "codegen:c") is None and db.find("old", "gpu", "v", "torch") is None
     assert full.flag_set == {"unsettled", "far_above_roofline"} and Record("c", 1.0, "ok").flag_set == frozenset()
     assert not Record("c", None, "ok").ok and not Record("c", 1.0, "verify_failed").ok
@@ -78,13 +79,13 @@ def test_a_closed_database_is_one_line_naming_the_file(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite")
     db.close()
     for call in (lambda: db.count(), lambda: db.put("k", "cpu", "v", Record("c", 1.0, "ok"))):
-        with pytest.raises(TuningDBError, match=r"^tuning database .*t\.sqlite: ") as e:
+        with pytest.raises(TuningDBError, match=r"^tuning database .*t\.sqlite: .*closed database") as e:
             call()
         assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("err,says", [
-    (sqlite3.DatabaseError("file is not a database"), "not a kernorch tuning database"),
+    (sqlite3.DatabaseError("file is not a database"), "not a kernorch tuning database (not SQLite, or corrupted)"),
     (sqlite3.OperationalError("attempt to write a readonly database"), "cannot write (attempt to write"),
     (sqlite3.OperationalError("disk is read-only"), "cannot write ("),
     (PermissionError("denied"), "cannot write (denied)"),
