@@ -371,3 +371,20 @@ def test_a_model_highs_refuses_is_an_error(monkeypatch):
     monkeypatch.setattr(highspy.Highs, "passModel", lambda self, lp: highspy.HighsStatus.kWarning)
     with pytest.raises(SolverError, match="^HiGHS rejected the model$"):
         solve(DEADLOCK)
+
+
+def test_backends_see_costs_scaled_to_one_and_report_in_seconds(monkeypatch):
+    """Kernel costs are microseconds: the backend gets them scaled (cheapest positive cost 1) and
+    its bound comes back in seconds, with the gap relative to the objective (well below 1)."""
+    us = Problem([c * 1e-6 for c in DEADLOCK.costs], DEADLOCK.writes, DEADLOCK.reads, DEADLOCK.required)
+    seen = []
+    fake = _fake([6, 2, 3, 4, 5, 0], bound=12.0)
+
+    def spy(m, costs, limit, gap):
+        seen.append(min(costs))
+        return fake(m, costs, limit, gap)
+
+    monkeypatch.setattr(solver, "_run_highs", spy)
+    r = solve(us, start=START).report
+    assert seen == [pytest.approx(1.0)]
+    assert r.objective == pytest.approx(16e-6) and r.bound == pytest.approx(12e-6) and r.gap == pytest.approx(0.25)
