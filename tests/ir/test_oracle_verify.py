@@ -125,3 +125,15 @@ def test_kernel_inputs_in_their_own_order_and_the_detail_of_a_pass():
     # the kernel lists its inputs in another order than the subgraph: each still gets its own data
     assert oracle.verify(lambda xs: [xs[1] - xs[0]], [x2, x1], [y], b.g, {y}) == (True, 0.0, "ok")
     assert oracle.compare(np.ones(3), np.ones(3))[2] == "max abs error 0 <= tolerance 0.0001"
+
+
+def test_the_seed_chooses_the_data():
+    g, x, s, e, n, y = _graph()
+    seen = []
+
+    def run(xs):
+        seen.append(xs[0].copy())
+        return [-np.exp(xs[0]) * xs[1]]
+
+    assert oracle.verify(run, [x, s], [y], g, {e, n, y}, seed=5)[0]
+    assert np.array_equal(seen[0], oracle.random_feeds(g, [x], seed=5)[x])
