@@ -4,7 +4,8 @@ OpenVINO's TBB), against each library's kernels back to back.
 
     python -m bench.pool_switch [--threads 2] [--n 200]
 
-switch cost = (alternating - mean of the two back-to-back runs) / number of switches.
+Each call is timed on its own; switch cost = (own kernel after the other runtime - own kernel
+after itself) + (other runtime after an own kernel - other runtime after itself).
 """
 
 from __future__ import annotations
@@ -49,48 +50,49 @@ def _runtimes(path: str, threads: int) -> dict:
     return out
 
 
-def _median(fn, rounds: int = 15) -> float:
-    fn()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def _per_call(fn, n: int, rounds: int = 5) -> list[float]:
+    """Seconds of each call of ``fn(i)`` for i in range(n), over ``rounds`` runs (one warm-up)."""
+    times: list[float] = []
+    for r in range(rounds + 1):
+        for i in range(n):
+            t = time.perf_counter()
+            fn(i)
+            if r:
+                times.append(time.perf_counter() - t)
+    return times
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n", type=int, default=200, help="kernels per run")
-    ap.add_argument("--elems", type=int, default=1 << 16, help="elements per kernel")
+    ap.add_argument("--elems", type=int, default=1 << 18, help="elements per kernel")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     a = np.random.default_rng(0).standard_normal(args.elems).astype(np.float32)
     t = torch.from_numpy(a)
     out = torch.empty_like(t)
+
+    def own(_i=0):
+        torch.clamp_min(t, 0.0, out=out)
+
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "relu.onnx")
         _relu_model(path, args.elems)
         runtimes = _runtimes(path, args.threads)
-        own = _median(lambda: [torch.clamp_min(t, 0.0, out=out) for _ in range(args.n)])
-        print(f"load average {os.getloadavg()[0]:.2f}; {args.threads} threads; {args.n} kernels of "
-              f"{args.elems} elements per run; median of 15 runs")
-        print(f"{'runtime':12s} {'own pool alone':>16s} {'runtime alone':>14s} {'alternating':>12s} "
-              f"{'per switch':>11s}")
+        alone = statistics.median(_per_call(own, args.n))
+        print(f"load average {os.getloadavg()[0]:.2f}; {args.threads} threads; relu kernels of {args.elems} "
+              f"elements; median per call over {args.n} x 5 calls")
+        print(f"{'other runtime':14s} {'own kernel alone':>17s} {'own after other':>16s} {'other alone':>12s} "
+              f"{'other after own':>16s} {'switch cost':>12s}")
         for name, run in runtimes.items():
-            alone = _median(lambda: [run(a) for _ in range(args.n)])
-
-            def alternate():
-                for i in range(args.n):
-                    if i % 2:
-                        run(a)
-                    else:
-                        torch.clamp_min(t, 0.0, out=out)
-            mixed = _median(alternate)
-            switch = (mixed - (own + alone) / 2) / (args.n - 1)
-            print(f"{name:12s} {own / args.n * 1e6:13.1f} us {alone / args.n * 1e6:11.1f} us "
-                  f"{mixed / args.n * 1e6:9.1f} us {switch * 1e6:8.1f} us")
+            other_alone = statistics.median(_per_call(lambda i: run(a), args.n))
+            mixed = _per_call(lambda i: own() if i % 2 else run(a), args.n)
+            own_after = statistics.median(mixed[1::2])
+            other_after = statistics.median(mixed[0::2])
+            switch = (own_after - alone) + (other_after - other_alone)
+            print(f"{name:14s} {alone * 1e6:14.1f} us {own_after * 1e6:13.1f} us {other_alone * 1e6:9.1f} us "
+                  f"{other_after * 1e6:13.1f} us {switch * 1e6:9.1f} us")
 
 
 if __name__ == "__main__":
