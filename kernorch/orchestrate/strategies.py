@@ -105,7 +105,10 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
     segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width,
                          max_kernel_nodes=knobs.max_kernel_nodes)
     if knobs.max_candidates is not None and segments:
-        share = max(50, knobs.max_candidates // len(segments))
+        # Identical segments (the layers of a transformer) share their candidates' keys and are
+        # priced once, so the budget is shared out over the distinct ones.
+        distinct = len({pricer.key(multi_output(dag, seg.nodes)) for seg in segments})
+        share = max(50, knobs.max_candidates // distinct)
         knobs = dataclasses.replace(knobs, max_segment_sets=min(knobs.max_segment_sets, share))
     baselines: list[list[frozenset[int]]] = []
     if knobs.seed_baselines:

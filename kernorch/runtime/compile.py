@@ -230,6 +230,12 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         measured.prefetch(todo)
     measured.progress = None
     measured.fallback = rough
+    every: list[Candidate] = []  # the candidates of every segment, regions or not (collected on demand)
+
+    def record_every(c: Candidate) -> float | None:
+        every.append(c)
+        return rough(c)
+
     try:
         for _ in range(16):
             plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
@@ -238,10 +244,15 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             if not missing:
                 break
             # Segments the first pass handed to a region but this plan keeps on kernels: tune
-            # them fully (measuring only the picked kernels can take one round per kernel).
+            # them fully (measuring only the picked kernels can take one round per kernel). The
+            # first pass never priced candidates of the segments it pruned, so they are collected
+            # by a pass without regions.
             back = {n for k, c in enumerate(plan.kernels) if k not in regions for n in c.nodes} & handed
             handed -= back
-            more = missing + [c for c in seen if c.nodes & back]
+            if back and not every:
+                orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
+                            dataclasses.replace(knobs, regions=False))
+            more = missing + [c for c in seen + every if c.nodes & back]
             with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
                 measured.progress = update
                 measured.prefetch(more)

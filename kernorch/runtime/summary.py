@@ -11,11 +11,14 @@ RUNTIME_WORDS = {
     "triton": "kernorch's generated Triton",
     "linear": "kernorch's linear kernels (PyTorch: oneDNN/BLAS, cuBLAS/cuDNN)",
     "torch": "PyTorch (oneDNN/BLAS linear)",
+    "torch_onednn": "oneDNN fused linear",
+    "torch_cl": "PyTorch channels-last linear",
+    "torch_jit": "PyTorch JIT linear",
     "reference": "reference (opaque op)",
     "ort": "onnxruntime",
     "openvino": "OpenVINO",
 }
-OWN = {"c", "triton", "linear", "torch", "host"}
+OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_cl", "torch_jit", "host"}
 
 
 def runtime_name(provider: str) -> str:
