@@ -46,31 +46,26 @@ class Segment:
 
 def cut_widths(dag: Dag) -> list[int]:
     """widths[p] = number of values crossing the cut before position p (p in 0..n)."""
-    n = len(dag.nodes)
-    delta = [0] * (n + 2)
     pos = dag.position
-    for v in dag.nodes:
-        last = max((pos[s] for s in dag.succs[v]), default=-1)
-        if last > pos[v]:
-            delta[pos[v] + 1] += 1
-            delta[last + 1] -= 1
-    widths, running = [], 0
-    for p in range(n + 1):
-        running += delta[p]
-        widths.append(running)
-    return widths
+    return _widths(dag, lambda v: max((pos[s] for s in dag.succs[v]), default=-1))
 
 
 def fusable_widths(dag: Dag, max_kernel_nodes: int, reach: int) -> list[int]:
     """widths[p] = number of values computed before p that some node at or after p reads and
     could share a kernel with (Note [fusable width]). Reads spanning `reach` or more positions are
     never fusable: no segment holds both ends."""
+    pos = dag.position
+    return _widths(dag, lambda v: max((pos[s] for s in dag.succs[v] if pos[s] - pos[v] < reach
+                                       and _fusable(dag, v, s, max_kernel_nodes)), default=-1))
+
+
+def _widths(dag: Dag, last_reader) -> list[int]:
+    """widths[p] = number of values v with position(v) < p <= last_reader(v) (a position)."""
     n = len(dag.nodes)
     pos = dag.position
     delta = [0] * (n + 2)
     for v in dag.nodes:
-        last = max((pos[s] for s in dag.succs[v] if pos[s] - pos[v] < reach
-                    and _fusable(dag, v, s, max_kernel_nodes)), default=-1)
+        last = last_reader(v)
         if last > pos[v]:
             delta[pos[v] + 1] += 1
             delta[last + 1] -= 1
