@@ -144,8 +144,8 @@ def test_refuses_computed_weights():
 
 
 def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
-    """A regions-off compile whose linear kernels are all oneDNN ones: matches onnxruntime, and the
-    saved plan loads (kernels rebuilt from their prims) to bit-identical results."""
+    """A regions-off compile with oneDNN kernels in its plan: matches onnxruntime, and the saved plan
+    loads (kernels rebuilt from their prims) to bit-identical results."""
     import onnxruntime as ort
 
     import kernorch
@@ -168,7 +168,9 @@ def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
     torch.onnx.export(net, (x,), str(path), dynamo=False, input_names=["x"])
     m = kernorch.compile(str(path), threads=2, regions=False, progress=False, db=tmp_path / "db.sqlite",
                          providers=("torch_onednn",))
-    assert sum(i.provider == "torch_onednn" for i in m.executable.infos) == 3
+    # which linear kernels oneDNN wins is measured (kernorch's own linear kernels compete); the
+    # classifier head's matmul + bias + sigmoid is one kernel only oneDNN can run
+    assert any(i.provider == "torch_onednn" for i in m.executable.infos)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
     np.testing.assert_allclose(m(x.numpy()), want, rtol=1e-4, atol=1e-5)
     loaded = kernorch.load(m.save(tmp_path / "saved"))
