@@ -59,14 +59,8 @@ def random_problem(rng: random.Random, single_output: bool = False, scale: float
     return Problem(costs, writes, reads, rng.sample(range(n_values), rng.randint(1, 2)))
 
 
-# the Note [multi-output deadlock] example (as in test_solver.py)
-X, Y, T1, T2, A, B = range(6)
-DEADLOCK = Problem(
-    costs=[1.0, 1.0, 3.0, 3.0, 3.0, 3.0, 4.0],
-    writes=[(T1, A), (T2, B), (T1,), (T2,), (A,), (B,), (X,)],
-    reads=[(T2,), (T1,), (X,), (), (X, T2), (T1,), ()],
-    required=(A, B),
-)
+# the Note [multi-output deadlock] example, shared with test_solver.py
+from test_solver import A, B, DEADLOCK, T1, T2, X, Y  # noqa: E402,F401
 START = [6, 2, 3, 4, 5]  # executable, cost 16
 
 
