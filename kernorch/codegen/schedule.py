@@ -15,6 +15,10 @@ could each have had enough on their own; then a new group starts (a separate par
 and values read across groups go to scratch memory. P is chosen per group: enough outer
 iterations for the threads (PAR_PER_THREAD each), long contiguous inner loops for SIMD, then
 as many outer iterations as possible (so reductions get scalar accumulators).
+
+A GPU grid (``grid=True``, the Triton path) is not a thread count: every outer iteration is a
+program (or a lane of one), so the scheduler keeps each group as wide as its stages allow, never
+narrows a group to fuse a stage into it, and picks the widest P (SIMD length only breaks ties).
 """
 
 from __future__ import annotations
@@ -73,7 +77,11 @@ class Vars:
         return indexing.normalize(ix.substitute(e, values, self.sizes), self.sizes)
 
 
-def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, threads: int) -> Schedule:
+def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, threads: int = 1, *,
+                  grid: bool = False) -> Schedule:
+    """The schedule for ``threads`` CPU threads, or for a GPU grid (``grid``; ``threads`` unused).
+    See Note [parallel domain]."""
+    width = math.inf if grid else threads
     producers = {p.output: p for p in prims}
     base = {p.output for p in prims if p.kind is Kind.REDUCE} | set(outputs)
     mat = set(base)
@@ -86,10 +94,10 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
         saved += heavy[1]
         mat.add(heavy[0])
         stages = _analyze(g, prims, producers, mat, vs)
-    groups = _group(g, stages, vs, threads)
+    groups = _group(g, stages, vs, width)
     if mat != base:
         plain = _analyze(g, prims, producers, base, vs)
-        plain_groups = _group(g, plain, vs, threads)
+        plain_groups = _group(g, plain, vs, width)
         if saved < GROUP_COST * (len(groups) - len(plain_groups)):
             mat, stages, groups = base, plain, plain_groups
     return Schedule(stages, groups, mat)
@@ -176,19 +184,21 @@ def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> tu
     return best
 
 
-def _group(g: Graph, stages: list[Stage], vs: Vars, threads: int) -> list[tuple[list[int], int]]:
+def _group(g: Graph, stages: list[Stage], vs: Vars, width: float) -> list[tuple[list[int], int]]:
+    """Consecutive stages sharing an outer index, each group with its P; ``width``: the threads to
+    keep busy (math.inf: a GPU grid)."""
     groups: list[tuple[list[int], set[int]]] = []
     for k, st in enumerate(stages):
         if groups:
             members, valid = groups[-1]
             inside = {stages[j].value for j in members}
             new = {P for P in valid & st.cands if _local(g, st, P, inside, vs)}
-            if max(new) >= min(max(valid), max(st.cands), threads):
+            if max(new) >= min(max(valid), max(st.cands), width):
                 members.append(k)
                 groups[-1] = (members, new)
                 continue
         groups.append(([k], set(st.cands)))
-    target = PAR_PER_THREAD * threads
+    target = PAR_PER_THREAD * width
     return [(members, _choose([stages[j] for j in members], valid, vs, target)) for members, valid in groups]
 
 
@@ -210,7 +220,7 @@ def _local(g: Graph, st: Stage, P: int, inside: set[int], vs: Vars) -> bool:
     return True
 
 
-def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: int) -> int:
+def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: float) -> int:
     def score(P: int) -> tuple[int, int, int]:
         vec = min(_contig(st, P, vs) for st in stages)
         return min(P, target), min(vec, VEC_TARGET), P

@@ -1,9 +1,9 @@
 """Triton lowering: (graph, members, outputs) -> TritonSpec, the tile program of one fused kernel.
 
 What is materialized and which stages share a parallel outer index o comes from the C scheduler
-(schedule.make_schedule, asked for many "threads" so the outer domains are as wide as a GPU
-wants); element computation comes from scalar.Inliner. This module decides the GPU structure,
-see Note [triton tiles]; triton.py prints it.
+(schedule.make_schedule in grid mode: outer domains as wide as the stages allow, never narrowed
+for fusion); element computation comes from scalar.Inliner. This module decides the GPU
+structure, see Note [triton tiles]; triton.py prints it.
 
 Note [triton tiles]
 Each group of the schedule is one Triton program launched over ceil(P / BO) programs; a program
@@ -41,7 +41,6 @@ from kernorch.codegen.schedule import Stage, Vars, make_schedule
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 
-GPU_THREADS = 1 << 20  # "threads" the scheduler plans for: the widest outer domains, never traded for fusion
 INDEX32_LIMIT = 1 << 30  # buffers at least this long use 64-bit index arithmetic
 
 
@@ -203,7 +202,7 @@ class _Lowerer(KernelLowerer):
         self.vs = Vars()
         self.names = itertools.count()
         if self._schedule is None:  # the same for every tile size and scratch choice
-            self._schedule = (make_schedule(g, self.prims, self.outputs, self.vs, GPU_THREADS), list(self.vs.sizes))
+            self._schedule = (make_schedule(g, self.prims, self.outputs, self.vs, grid=True), list(self.vs.sizes))
         sch, sizes = self._schedule
         self.vs.sizes = list(sizes)
         args = self.assign_buffers(sch, forced, arena=False)

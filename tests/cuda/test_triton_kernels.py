@@ -54,9 +54,10 @@ def test_looped_tiles_match_interpreter(name):
 def test_kept_lane_reductions_match_interpreter(name, block, monkeypatch):
     # Planned for few threads, a middle-axis reduction shares its group with the elementwise
     # stages: several results per o (a kept lane, axis 1), written to scratch and read back.
-    from kernorch.codegen import triton_lower
+    from kernorch.codegen import schedule, triton_lower
 
-    monkeypatch.setattr(triton_lower, "GPU_THREADS", 2)
+    monkeypatch.setattr(triton_lower, "make_schedule",
+                        lambda *args, grid: schedule.make_schedule(*args, threads=2))
     g, members, outputs = cg.one_kernel(FUSED.CASES[name])
     kern = _kernel(g, members, outputs, TritonConfig(block=block, warps=4))
     if name == "softmax_middle":
