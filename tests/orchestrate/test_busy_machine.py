@@ -1,9 +1,10 @@
 """Tuning on a busy machine: a CPU burner pinned to one core while a 2-thread compile measures.
 
 Preempted samples are detected and discarded, so no stored price is inflated to a multiple of the
-scheduler tick, and the plan is the quiet machine's plan (or one that costs the same at quiet
-prices). Each compile runs in its own process pinned to cores {0, 1}, so the burner always
-shares a core with one of the kernels' threads, whatever the machine's size.
+scheduler tick. How good the busy machine's plan is at quiet prices is a timing figure, not a test
+(issue 15): `python -m bench.busy_tuning` prints it ("plan at quiet prices"). Each compile runs
+in its own process pinned to cores {0, 1}, so the burner always shares a core with one of the
+kernels' threads, whatever the machine's size.
 """
 
 import json
@@ -15,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from kernorch.orchestrate.measure import KERNEL_OVERHEAD_S
-
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_cnn.onnx"
 COMPILE = """
 import json, os, sys
@@ -26,10 +25,8 @@ from kernorch.orchestrate.knobs import Knobs
 # layout pairs off: they add near ties (NCHW/NHWC twins) unrelated to what this test checks
 m = kernorch.compile(sys.argv[1], db=sys.argv[2], threads=2, providers=(), regions=False, progress=False,
                      knobs=Knobs(layouts=False))
-g, ex = m.graph, m.executable
-keys = [g.kernel_key(info.members, list(k.outputs)) for k, info in zip(ex.kernels, ex.infos)]
 r = m.report
-print(json.dumps({"keys": keys, "disturbed": r.disturbed, "note": r.timing_note()}))
+print(json.dumps({"disturbed": r.disturbed, "note": r.timing_note()}))
 """
 BURN = "import os\nos.sched_setaffinity(0, {0})\nwhile True:\n    pass\n"
 
@@ -51,8 +48,8 @@ def _prices(db: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def test_busy_machine_prices_are_not_poisoned_and_the_plan_holds(tmp_path):
-    quiet = _compile(tmp_path / "quiet.sqlite")
+def test_busy_machine_samples_are_discarded_and_prices_not_poisoned(tmp_path):
+    _compile(tmp_path / "quiet.sqlite")
     burner = subprocess.Popen([sys.executable, "-c", BURN])
     try:
         loaded = _compile(tmp_path / "loaded.sqlite")
@@ -70,14 +67,3 @@ def test_busy_machine_prices_are_not_poisoned_and_the_plan_holds(tmp_path):
     poisoned = [(kp, qp[kp[0]][kp[1]], lp[kp[0]][kp[1]]) for kp in common
                 if lp[kp[0]][kp[1]] > 5 * qp[kp[0]][kp[1]] and lp[kp[0]][kp[1]] - qp[kp[0]][kp[1]] >= 1e-3]
     assert not poisoned, poisoned[:5]
-
-    if loaded["keys"] != quiet["keys"]:
-        # A near tie flipped (a busy sibling core slows clean samples too): the loaded plan must
-        # be as good by the solver's own objective at quiet prices (kernel prices plus the
-        # per-kernel overhead it adds), within 10%.
-        def at_quiet(keys):
-            return sum(min(qp[k].values()) + KERNEL_OVERHEAD_S for k in keys)
-
-        worse = at_quiet(loaded["keys"]) / at_quiet(quiet["keys"])
-        print(f"plan differs from the quiet plan: {worse:.3f}x its objective at quiet prices")
-        assert worse <= 1.10, (quiet, loaded)

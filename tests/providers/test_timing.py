@@ -2,6 +2,7 @@
 
 import os
 import time
+import types
 
 import pytest
 
@@ -35,15 +36,18 @@ def test_disturbed_samples_are_discarded_and_replaced():
     assert len(calls) == 1 + 5  # warm-up, then 3 clean + 2 disturbed samples of one run each
 
 
-def test_a_measurement_that_never_settles_is_flagged_and_priced_by_the_time_its_threads_ran():
+def test_a_measurement_that_never_settles_is_flagged_and_priced_by_the_time_its_threads_ran(monkeypatch):
+    clock = {"t": 0.0}  # a fake clock each run advances by 2 ms: no wall-clock bound in the test
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"], sleep=time.sleep))
+
     def kernel():
-        time.sleep(0.002)
+        clock["t"] += 0.002
 
     m = MedianTimer(warmup=1, repeats=3, min_sample_s=0, min_warmup_s=0,
                     wait_ns=_fake_waits(set(range(100)), stall_ns=1_500_000))(kernel)
     assert not m.settled and m.samples == 0
     assert m.disturbed == timing.HOPELESS_TRIES * 3  # no clean sample at all: gives up early
-    assert 0.0001 < m.seconds < 0.0015  # the 2 ms+ wall time less the 1.5 ms stall
+    assert m.seconds == pytest.approx(0.0005)  # the 2 ms wall time less the 1.5 ms stall
 
 
 def test_stall_is_the_most_delayed_thread():
