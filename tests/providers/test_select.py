@@ -207,9 +207,9 @@ def test_verified_on_seed_and_timed_on_seed_plus_one_into_buffers_of_the_output_
 
 def test_without_run_into_the_timer_runs_run():
     g, m, o = _graph()
-    p = Right("plain", run_into=False)
-    (r,) = best_provider(g, m, o, [p], timer=_timer(3e-3))[2]
-    assert r.status == "ok" and r.seconds == 3e-3
+    p, calls = Right("plain", run_into=False), []
+    (r,) = best_provider(g, m, o, [p], timer=_timer(3e-3, calls))[2]
+    assert r.status == "ok" and r.seconds == 3e-3 and calls == ["plain"]
     runs = [e for e in p.log if e[0] == "run"]
     assert len(runs) == 2 and not _timed_calls(p)  # verification, then the timed run
     for got, want in zip(runs[1][1], _feeds(g, m, o, 1)):
@@ -250,7 +250,8 @@ def test_a_failure_while_timing_is_run_failed_with_the_verified_error(where):
     timer = _timer(error=boom if where == "timer" else None)
     name, s, (r,) = best_provider(g, m, o, [p], timer=timer)
     assert (name, s) == (None, math.inf)
-    assert (r.status, r.reason, r.max_err) == ("run_failed", "timing: RuntimeError: device lost", 0.0)
+    assert (r.provider, r.status, r.reason) == ("flaky", "run_failed", "timing: RuntimeError: device lost")
+    assert r.max_err == 0.0
     assert r.seconds is None and r.timing is None
 
 
@@ -261,3 +262,25 @@ def test_the_cheapest_correct_provider_wins():
     name, s, records = best_provider(g, m, o, ps, timer=lambda fn, n: (fn(), times[n])[1])
     assert (name, s) == ("fast", 1e-3)
     assert [(r.provider, r.seconds) for r in records] == list(times.items())
+
+
+def test_outputs_in_another_order_than_the_boundarys_are_verified_in_that_order():
+    """The requested outputs, not the subgraph's default boundary, are what the kernel must return."""
+    b = Builder()
+    x = b.input((2, 3), "float64")
+    a = b.binary(Op.ADD, x, b.constant(C))
+    y = b.unary(Op.RELU, a)
+    z = b.unary(Op.NEG, a)  # outside the candidate: ``a`` is on the boundary
+    b.g.outputs = [y, z]
+    g = b.g
+    assert g.subgraph([a, y]).outputs == [a, y]
+
+    class Both(Right):
+        def build(self, g, members, outputs):
+            k = super().build(g, members, outputs)
+            k.run = lambda xs: [torch.relu(xs[0] + xs[1]), xs[0] + xs[1]]
+            k.run_into = None
+            return k
+
+    name, s, (r,) = best_provider(g, [a, y], [y, a], [Both("both")], timer=_timer())
+    assert (name, r.status) == ("both", "ok"), r.reason
