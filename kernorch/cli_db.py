@@ -177,12 +177,13 @@ def cmd_tune(args) -> int:
 def cmd_db_retune(args) -> int:
     import kernorch
     from kernorch.cli import parse_input_shapes
-    from kernorch.codegen.build import default_threads
+    from kernorch.options import Env
     from kernorch.orchestrate.machine import target_name
     from kernorch.orchestrate.measure import CODEGEN_VERSION
 
-    threads = args.threads or default_threads()
-    target = target_name("cpu", threads)
+    env = Env.read()  # this command's entry point: the environment read once
+    threads = args.threads or env.threads
+    target = target_name("cpu", threads, env.cc)
     with _open(args.db) as db:
         bad = [(row, why) for row, why in suspicious(db) if row.target == target and row.version == CODEGEN_VERSION]
         if not bad:

@@ -3,7 +3,8 @@ batch, cached by source hash in toolchain.py), linear kernels through torch, opa
 through the reference implementation. Every result is a runner.Kernel.
 
 Threads: a C kernel is scheduled for and runs with ``num_threads`` OpenMP threads, fixed when it
-is built: by default ``$KERNORCH_NUM_THREADS``, else the CPUs this process may use.
+is built: by default ``env.threads`` ($KERNORCH_NUM_THREADS, else the CPUs this process may use).
+``env`` is the Env the caller's entry point read (kernorch/options.py): cache directory, compiler.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from kernorch.codegen.toolchain import cache_dir, compile_source, default_thread
 from kernorch.errors import CompilerError
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind
+from kernorch.options import Env
 
 
 Item = Union[KernelSpec, tuple]
 
 
-def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None) -> list[Kernel]:
+def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None,
+               env: Env | None = None) -> list[Kernel]:
     """Build many kernels with one compiler call. ``items`` are KernelSpecs (then pass the graph
     ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque)."""
-    threads = num_threads or default_threads()
+    env = env or Env.read()
+    threads = num_threads or env.threads
     out: list[Kernel | None] = [None] * len(items)
     specs: list[tuple[int, KernelSpec, Graph]] = []
     for k, item in enumerate(items):
@@ -50,12 +54,12 @@ def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph |
         else:
             specs.append((k, lower(graph, members, outputs, num_threads=threads), graph))
     if specs:
-        for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads)):
+        for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads, env)):
             out[k] = kern
     return out  # type: ignore[return-value]
 
 
-def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKernel]:
+def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int, env: Env) -> list[CKernel]:
     sources: dict[str, str] = {}
     for k, (spec, gr) in enumerate(specs):
         src = emit_kernel(spec)
@@ -64,11 +68,11 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKerne
             specs[k] = (spec, gr)
             sources[spec.name] = emit_kernel(spec)
     try:
-        path = toolchain.compile_source(HEADER + "\n" + "\n".join(sources.values()))
+        path = toolchain.compile_source(HEADER + "\n" + "\n".join(sources.values()), env)
     except CompilerError:
         for name, src in sources.items():  # find the culprit for the message
             try:
-                toolchain.compile_source(HEADER + "\n" + src)
+                toolchain.compile_source(HEADER + "\n" + src, env)
             except CompilerError as err:
                 raise CompilerError(f"kernel {name}: {err}") from None
         raise
@@ -77,6 +81,7 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int) -> list[CKerne
                     gr.types) for spec, gr in specs]
 
 
-def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None) -> Kernel:
+def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None,
+                 env: Env | None = None) -> Kernel:
     """Build one kernel (C, linear or opaque)."""
-    return build_many([(g, set(members), list(outputs))], num_threads)[0]
+    return build_many([(g, set(members), list(outputs))], num_threads, env=env)[0]

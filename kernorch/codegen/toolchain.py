@@ -9,8 +9,10 @@ reassociate and drop NaN/inf semantics, and results must stay close to the inter
 ``-ffp-contract=off`` keeps a*b+c from becoming an FMA, again for interpreter parity.
 Where glibc's libmvec exists, loops calling exp/erf/tanh/... use its SIMD variants.
 
-Cache: ``$KERNORCH_CACHE_DIR`` or ``~/.cache/kernorch/build``, keyed also by the CPU (native
-code); compiler: ``$CC``, else cc, gcc. Kernels link libgomp.so.1; once torch is imported, the
+Cache: ``env.cache_dir`` ($KERNORCH_CACHE_DIR or ``~/.cache/kernorch/build``), keyed also by
+the CPU (native code); compiler: ``env.cc`` ($CC), else cc, gcc. The caller passes the Env its
+entry point read (kernorch/options.py); only a call without one reads the environment itself.
+Loaded libraries are cached per process (``_LOADED``): the dynamic loader is process-wide. Kernels link libgomp.so.1; once torch is imported, the
 loader resolves that to torch's copy, so generated kernels and torch ops share one OpenMP thread
 pool (no oversubscription between them).
 """
@@ -28,14 +30,16 @@ import tempfile
 from pathlib import Path
 
 from kernorch.errors import CompilerError
+from kernorch.options import Env
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
          "-std=gnu99", "-shared", "-fPIC", "-w")
 
 
 @functools.lru_cache(maxsize=None)
-def compiler() -> str:
-    for cand in (os.environ.get("CC"), "cc", "gcc"):
+def compiler(cc: str | None = None) -> str:
+    """The compiler to run: ``cc`` (the environment's $CC) if installed, else cc, else gcc."""
+    for cand in (cc, "cc", "gcc"):
         if cand and shutil.which(cand):
             return shutil.which(cand)
     raise CompilerError("no C compiler found: install gcc (or set CC) to build kernorch's CPU kernels")
@@ -68,21 +72,13 @@ def _has_mvec() -> bool:
     return ctypes.util.find_library("mvec") is not None
 
 
-def default_threads() -> int:
+def default_threads(env: Env | None = None) -> int:
     """Threads a kernel runs with unless told: $KERNORCH_NUM_THREADS, else the CPUs this process may use."""
-    env = os.environ.get("KERNORCH_NUM_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return (env or Env.read()).threads
 
 
-def cache_dir() -> Path:
-    d = Path(os.environ.get("KERNORCH_CACHE_DIR") or Path.home() / ".cache" / "kernorch" / "build")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+def cache_dir(env: Env | None = None) -> Path:
+    return (env or Env.read()).build_dir()
 
 
 def flags() -> list[str]:
@@ -94,15 +90,16 @@ def libs() -> list[str]:
     return (["-lmvec"] if _has_mvec() else []) + ["-lm"]
 
 
-def compile_source(source: str) -> Path:
+def compile_source(source: str, env: Env | None = None) -> Path:
     """Compile ``source`` to a shared library (or reuse the cached one); return its path."""
-    cc = compiler()
+    env = env or Env.read()
+    cc = compiler(env.cc)
     key = "\0".join([source, _compiler_id(cc), _cpu_id(), *flags(), *libs()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    out = cache_dir() / f"kn_{digest}.so"
+    out = env.build_dir() / f"kn_{digest}.so"
     if out.exists():
         return out
-    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=env.build_dir()) as tmp:
         src = Path(tmp) / "kernels.c"
         src.write_text(source)
         lib = Path(tmp) / "kernels.so"

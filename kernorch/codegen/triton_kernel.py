@@ -4,7 +4,9 @@ through the reference, all on one torch device.
 The device is a CUDA GPU, or the CPU when ``TRITON_INTERPRET=1`` (Triton's interpreter runs the
 same programs on CPU tensors; it must be set before triton is first imported). Generated modules
 are written once to ``<cache>/triton/`` (Triton's JIT reads a function's source from its file)
-and imported from there; Triton caches the compiled binaries itself.
+and imported from there; Triton caches the compiled binaries itself. Settings come from the Env
+the caller's entry point read (kernorch/options.py). Process-wide by design: the imported modules
+(``_MODULES``, like sys.modules) and the compile-worker pool (``_WORKERS``, costly to start).
 """
 
 from __future__ import annotations
@@ -21,21 +23,21 @@ import torch
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import TORCH_DTYPE, Kernel, OpaqueKernel, as_tensor
-from kernorch.codegen.toolchain import cache_dir
 from kernorch.codegen.triton import emit_triton, tuning_space, why_not_triton
 from kernorch.codegen.triton_lower import TritonConfig, TritonLowering, TritonSpec, lower_triton
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind
+from kernorch.options import Env
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+def interpreting(env: Env | None = None) -> bool:
+    return (env or Env.read()).triton_interpret
 
 
-def cuda_device() -> torch.device:
+def cuda_device(env: Env | None = None) -> torch.device:
     """The device target "cuda" runs on: the current GPU, or the CPU under TRITON_INTERPRET=1."""
-    if interpreting():
+    if interpreting(env):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise KernorchError("target 'cuda' needs a CUDA GPU (or TRITON_INTERPRET=1 to run Triton's interpreter on CPU)")
@@ -75,13 +77,13 @@ class DeviceKernel(Kernel):
 _MODULES: dict[str, object] = {}
 
 
-def load_module(source: str, name: str):
+def load_module(source: str, name: str, env: Env | None = None):
     """Import generated source (written once to the cache, keyed by its hash)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:24]
     mod_name = f"kernorch_triton_{name}_{digest}"
     if mod_name in _MODULES:
         return _MODULES[mod_name]
-    d = cache_dir() / "triton"
+    d = (env or Env.read()).build_dir() / "triton"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{mod_name}.py"
     if not path.exists() or path.read_text() != source:
@@ -101,12 +103,12 @@ class TritonKernel(DeviceKernel):
 
     provider = "triton"
 
-    def __init__(self, spec: TritonSpec, g_types, device: torch.device) -> None:
+    def __init__(self, spec: TritonSpec, g_types, device: torch.device, env: Env | None = None) -> None:
         source, table = emit_triton(spec, interpret=device.type != "cuda")
         super().__init__(spec.inputs, spec.outputs, [g_types[v] for v in spec.inputs],
                          [g_types[v] for v in spec.outputs], source, spec.key)
         self.spec, self.device = spec, device
-        mod = load_module(source, spec.name)
+        mod = load_module(source, spec.name, env)
         self.path = mod.__file__
         self.fns = [getattr(mod, grp.name) for grp in spec.groups]
         self.table = torch.as_tensor(table).to(device) if len(table) else None
@@ -135,26 +137,28 @@ class TritonKernel(DeviceKernel):
 _WORKERS = None
 
 
-def _workers():
+def _workers(n: int):
+    """The pool of ``n`` workers (0: one per core but one, at most 16), started on first use and
+    kept for the process (its first settings win)."""
     global _WORKERS
     if _WORKERS is None:
         from kernorch.codegen.triton_warm import Workers
 
-        n = int(os.environ.get("KERNORCH_COMPILE_WORKERS", 0)) or min(16, max(1, (os.cpu_count() or 2) - 1))
-        _WORKERS = Workers(n)
+        _WORKERS = Workers(n or min(16, max(1, (os.cpu_count() or 2) - 1)))
     return _WORKERS
 
 
-def precompile_async(kernels: Iterable) -> list:
-    """Start compiling the GPU Triton kernels among ``kernels`` in worker processes; returns what
-    ``wait`` needs (nothing on the interpreter, for fewer than two, or KERNORCH_COMPILE_WORKERS=1)."""
+def precompile_async(kernels: Iterable, workers: int = 0) -> list:
+    """Start compiling the GPU Triton kernels among ``kernels`` in ``workers`` processes (the
+    Env's compile_workers); returns what ``wait`` needs (nothing on the interpreter, for fewer
+    than two, or workers=1)."""
     jobs = [{"path": k.path, "fns": [(grp.name, grp.warps) for grp in k.spec.groups], "dtypes": k.arg_dtypes(),
              "device": k.device.index or 0}
             for k in kernels if isinstance(k, TritonKernel) and k.device.type == "cuda"]
-    if len(jobs) < 2 or os.environ.get("KERNORCH_COMPILE_WORKERS") == "1":
+    if len(jobs) < 2 or workers == 1:
         return []
     try:
-        return _workers().submit(jobs)
+        return _workers(workers).submit(jobs)
     except Exception:  # noqa: BLE001 - no workers: the first launch compiles instead
         return []
 
@@ -168,8 +172,8 @@ def wait(pending: list) -> None:
         pass
 
 
-def precompile(kernels: Iterable) -> None:
-    wait(precompile_async(kernels))
+def precompile(kernels: Iterable, workers: int = 0) -> None:
+    wait(precompile_async(kernels, workers))
 
 
 class CudaLinearKernel(LinearKernel, DeviceKernel):
@@ -220,7 +224,7 @@ class HostKernel(DeviceKernel):
 
 
 def build_variants(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device,
-                   tune: bool = False) -> list[Kernel]:
+                   tune: bool = False, env: Env | None = None) -> list[Kernel]:
     """The kernel for target "cuda" with the default tile size, then (``tune``, Triton kernels on a
     GPU) one per other tile size of its tuning space; the schedule is computed once."""
     members = set(members)
@@ -228,23 +232,24 @@ def build_variants(g: Graph, members: Iterable[int], outputs: Sequence[int], dev
     if reason is not None:
         raise CannotGenerate(reason)
     if any(p.kind in (Kind.OPAQUE, Kind.LINEAR) for p in kernel_prims(g, members)):
-        return [build_cuda(g, members, outputs, device)]
+        return [build_cuda(g, members, outputs, device, env=env)]
     low = TritonLowering(g, members, outputs)
     first = low.spec(default_config(device))
-    out: list[Kernel] = [TritonKernel(first, g.types, device)]
+    out: list[Kernel] = [TritonKernel(first, g.types, device, env)]
     if tune and device.type == "cuda":
-        out += [TritonKernel(low.spec(c), g.types, device) for c in tuning_space(first) if c != first.config]
+        out += [TritonKernel(low.spec(c), g.types, device, env) for c in tuning_space(first) if c != first.config]
     return out
 
 
 def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device: torch.device | None = None,
-               config: TritonConfig | None = None) -> Kernel:
+               config: TritonConfig | None = None, env: Env | None = None) -> Kernel:
     """One kernel for target "cuda" (Triton, torch linear or reference opaque)."""
-    device = device or cuda_device()
+    env = env or Env.read()
+    device = device or cuda_device(env)
     members = set(members)
     kind = kernel_kind(g, members, outputs, why_not_triton)
     if kind is Kind.OPAQUE:
         return CudaOpaqueKernel(g, members, device)
     if kind is Kind.LINEAR:
         return CudaLinearKernel(g, members, outputs, device)
-    return TritonKernel(lower_triton(g, members, outputs, config or default_config(device)), g.types, device)
+    return TritonKernel(lower_triton(g, members, outputs, config or default_config(device)), g.types, device, env)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kernorch.errors import KernorchError
+from kernorch.options import Env
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.tuning_db import Record
 from kernorch.providers.timing import usable_cores
@@ -47,12 +48,13 @@ class TuningWorker:
         self.measurer = None
 
     def signature(self) -> tuple[str, int, str]:
-        """(machine signature, process id, host name)."""
+        """(machine signature, process id, host name). A worker is an entry point of its own: it
+        reads its process's environment (Env.read, kernorch/options.py), as its measurer does."""
         import socket
 
         from kernorch.orchestrate.machine import machine_signature
 
-        return machine_signature(), os.getpid(), socket.gethostname()
+        return machine_signature(Env.read().cc), os.getpid(), socket.gethostname()
 
     def load(self, g, threads: int, provider_names: Sequence[str], timer_factory: Callable | None) -> None:
         from kernorch.orchestrate.measure import MeasuredCost, external_providers
@@ -223,9 +225,10 @@ def _one_line(e: BaseException) -> str:
 
 
 @contextmanager
-def cluster_from(spec) -> Iterator[RayTuning | None]:
-    """None (measure here), "ray" (the cluster at $RAY_ADDRESS, else "auto"), "ray:ADDRESS", or a
-    RayTuning: workers started for the compile and stopped after it."""
+def cluster_from(spec, env: Env | None = None) -> Iterator[RayTuning | None]:
+    """None (measure here), "ray" (the cluster at ``env.ray_address``: $RAY_ADDRESS, else "auto"),
+    "ray:ADDRESS", or a RayTuning: workers started for the compile and stopped after it."""
+    env = env or Env.read()
     if spec is None:
         yield None
         return
@@ -235,14 +238,14 @@ def cluster_from(spec) -> Iterator[RayTuning | None]:
     if isinstance(spec, RayTuning):
         tuning = spec
     elif spec == "ray":
-        tuning = RayTuning(os.environ.get("RAY_ADDRESS", "auto"))
+        tuning = RayTuning(env.ray_address)
     elif isinstance(spec, str) and spec.startswith("ray:"):
         tuning = RayTuning(spec[4:])
     else:
         raise KernorchError(f"unknown cluster {spec!r}; use 'ray' or 'ray:ADDRESS'")
     from kernorch.orchestrate.machine import machine_signature
 
-    tuning.connect().start(machine_signature())
+    tuning.connect().start(machine_signature(env.cc))
     try:
         yield tuning
     finally:

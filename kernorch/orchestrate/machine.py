@@ -38,12 +38,13 @@ def _version(package: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def machine_signature() -> str:
-    """``<cpu model>-<N>c-<hash of library and compiler versions>``, e.g. ``amd-epyc-2c-1a2b3c4d``."""
+def machine_signature(cc: str | None = None) -> str:
+    """``<cpu model>-<N>c-<hash of library and compiler versions>``, e.g. ``amd-epyc-2c-1a2b3c4d``;
+    ``cc``: the environment's $CC (Env.cc)."""
     from kernorch.codegen.toolchain import _compiler_id, compiler
 
     try:
-        cc = _compiler_id(compiler())
+        cc = _compiler_id(compiler(cc))
     except Exception:  # noqa: BLE001 - no compiler: the providers can still measure
         cc = "no-cc"
     cores = os.cpu_count() or 1  # the machine's, not this process's affinity (a pinned worker is the same kind)
@@ -52,6 +53,6 @@ def machine_signature() -> str:
     return f"{slug}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
 
 
-def target_name(target: str, threads: int) -> str:
+def target_name(target: str, threads: int, cc: str | None = None) -> str:
     """The tuning database's target column: device, thread count and machine kind."""
-    return f"{target}-t{threads}@{machine_signature()}"
+    return f"{target}-t{threads}@{machine_signature(cc)}"

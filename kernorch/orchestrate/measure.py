@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from kernorch import codegen
-from kernorch.codegen.build import default_threads
 from kernorch.errors import KernorchError
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
@@ -27,6 +26,7 @@ from kernorch.orchestrate import trust
 from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
+from kernorch.options import DEFAULT_PROVIDERS, Env
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
@@ -116,11 +116,7 @@ def codegen_provider(kernel) -> str:
     return f"codegen:{getattr(kernel, 'provider', 'c')}"
 
 
-# Providers tried by default: onnxruntime and OpenVINO for regions (and single kernels nothing on
-# the own pool can run), PyTorch eager and its fused oneDNN variant for linear kernels. The
-# channels-last and JIT variants rarely beat those and each costs a build and a timing per
-# candidate; ask for them by name (``providers=``).
-DEFAULT_PROVIDERS = ("ort", "openvino", "torch", "torch_onednn")
+# DEFAULT_PROVIDERS (imported above) lives in kernorch/options.py, with compile()'s other defaults.
 # Providers that compile whole subgraphs, so they can run provider regions (regions.py).
 REGION_PROVIDERS = ("ort", "openvino")
 REGION_PREFIX = "region:"
@@ -148,12 +144,13 @@ class MeasuredCost(PricedCandidates):
                  providers: Sequence[Provider] | None = None,
                  kernel_overhead_s: float = KERNEL_OVERHEAD_S,
                  roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False,
-                 cluster=None) -> None:
+                 cluster=None, env: Env | None = None) -> None:
         self.g = g
         self.db = db
         self.kernel_overhead_s = kernel_overhead_s
-        self.threads = threads or default_threads()
-        self.target = target_name(target, self.threads)
+        self.env = env or Env.read()  # the settings the compile's entry point read (kernorch/options.py)
+        self.threads = threads or self.env.threads
+        self.target = target_name(target, self.threads, self.env.cc)
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()
@@ -324,12 +321,12 @@ class MeasuredCost(PricedCandidates):
         if not items:
             return []
         try:
-            kernels = codegen.build_many(items, self.threads)
+            kernels = codegen.build_many(items, self.threads, env=self.env)
         except Exception:
             kernels = []
             for it in items:  # isolate the culprit
                 try:
-                    kernels.append(codegen.build_many([it], self.threads)[0])
+                    kernels.append(codegen.build_many([it], self.threads, env=self.env)[0])
                 except Exception as e:  # noqa: BLE001 - recorded as a build failure
                     kernels.append(e)
         return kernels

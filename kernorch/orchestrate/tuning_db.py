@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from kernorch.errors import KernorchError
+from kernorch.options import Env
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS costs (
@@ -45,11 +46,9 @@ class TuningDBError(KernorchError):
 
 
 def default_path() -> Path:
-    """``$KERNORCH_DB``, else ``$XDG_CACHE_HOME/kernorch/tuning.sqlite`` (``~/.cache`` by default)."""
-    if os.environ.get("KERNORCH_DB"):
-        return Path(os.environ["KERNORCH_DB"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "kernorch" / "tuning.sqlite"
+    """``$KERNORCH_DB``, else ``$XDG_CACHE_HOME/kernorch/tuning.sqlite`` (``~/.cache`` by default):
+    Env.db_path, read now (a compile passes the path its entry point read instead)."""
+    return Env.read().db_path
 
 
 @dataclass(frozen=True)

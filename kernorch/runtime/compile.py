@@ -4,6 +4,7 @@ costs) -> built kernels -> a CompiledModel."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import statistics
 import time
@@ -16,7 +17,8 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import DEFAULT_PROVIDERS, MeasuredCost, external_providers, ordered_outputs
+from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
+from kernorch.options import DEFAULT_PROVIDERS, TUNING_BUDGET, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
@@ -28,16 +30,14 @@ from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
 from kernorch import targets
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
+from kernorch.runtime import native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.whole import original_regions, region_plan, source_model
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
-# Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
-# about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
-TUNING_BUDGET = 3000
-TARGET_OPTIONS = ("threads", "providers", "cluster", "require_quiet", "cuda_options")  # what targets.make takes
+# TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -65,36 +65,56 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             dynamo: bool = False, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
-            cluster: Any = None) -> CompiledModel:
+            cluster: Any = None, options: Options | None = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
     ``"ray:ADDRESS"``) measures candidates on a Ray cluster. One pipeline for every target
-    (targets/): an option a target cannot honour is rejected. See README "Python API"."""
-    _check_options(strategy, cost, cluster)
-    tgt = targets.make(target, threads=threads, providers=providers, cluster=cluster, require_quiet=require_quiet,
-                       cuda_options=cuda_options)
+    (targets/): an option a target cannot honour is rejected. The keywords and the environment
+    become one Options (kernorch/options.py), read here once; or pass ``options`` instead of the
+    keywords. See README "Python API"."""
+    opts = _options(options, locals())
+    _check_options(opts)
+    tgt = targets.make(opts)
     t0 = time.perf_counter()
-    g, plan, whole, measured, ext, rep = _orchestrate(
-        model, example_inputs, target=tgt, strategy=strategy, cost=cost, db=db, input_shapes=input_shapes,
-        rewrites=rewrites, knobs=knobs, progress=progress, dynamo=dynamo, regions=regions, tuning_budget=tuning_budget)
+    g, plan, whole, measured, ext, rep = _orchestrate(model, example_inputs, opts, tgt)
     t3 = time.perf_counter()
+    priced = measured if opts.cost == "measured" else None
     if tgt.name == "cuda":
         from kernorch.runtime.cuda_compile import build_plan_cuda
 
-        compiled, fallbacks = build_plan_cuda(g, plan, tgt.device, tgt.options, measured if cost == "measured" else None)
+        compiled, fallbacks = build_plan_cuda(g, plan, tgt.device, tgt.options, priced, opts.env)
         rep.failed += len(fallbacks)
         rep.failures = (rep.failures + fallbacks)[:20]
         return _finish(compiled, plan, rep, g, t0, t3)
     threads = tgt.threads
-    compiled = build_plan(g, plan, threads, measured if cost == "measured" else None, ext)
+    native.available(opts.env)  # the native driver, built with this Env (process-wide: native.py)
+    compiled = build_plan(g, plan, threads, priced, ext, opts.env)
     original = None
-    if cost == "measured" and strategy == "optimal" and regions and (knobs is None or knobs.regions) and ext:
+    if opts.cost == "measured" and opts.strategy == "optimal" and opts.regions and \
+            (opts.knobs is None or opts.knobs.regions) and ext:
         original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
-    if cost == "measured":  # the plan's measured latency, next to its price and any whole-model region
+    if opts.cost == "measured":  # the plan's measured latency, next to its price and any whole-model region
         rep.priced_s = sum(plan.costs) if all(c is not None for c in plan.costs) else None
-        with _progress_bar(progress, "timing the plan end to end"):
-            plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep, original)
+        with _progress_bar(opts.progress, "timing the plan end to end"):
+            plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep, original,
+                                                env=opts.env)
     return _finish(compiled, plan, rep, g, t0, t3)
+
+
+_COMPILE_DEFAULTS = {k: p.default for k, p in inspect.signature(compile).parameters.items()
+                     if p.kind is p.KEYWORD_ONLY and k != "options"}
+
+
+def _options(options: Options | None, given: dict) -> Options:
+    """compile()'s keywords as Options (the environment read now), or ``options`` when passed
+    with every keyword left at its default."""
+    keywords = {k: v for k, v in given.items() if k in _COMPILE_DEFAULTS}
+    if options is None:
+        return Options.from_env(**keywords)
+    changed = sorted(k for k, v in keywords.items() if v is not _COMPILE_DEFAULTS[k] and v != _COMPILE_DEFAULTS[k])
+    if changed:
+        raise KernorchError(f"pass either options= or keywords, not both (got {', '.join(changed)})")
+    return options
 
 
 def _finish(compiled, plan: Plan, rep: CompileReport, g: Graph, t0: float, t3: float) -> CompiledModel:
@@ -108,44 +128,42 @@ def tune(model: Any, example_inputs: Any = None, **options: Any) -> CompileRepor
     """Measure what compiling ``model`` would measure (same options as ``compile``) and store it
     in the tuning database, without building the compiled model: ``kernorch tune``."""
     options.setdefault("cost", "measured")
-    made = {k: options.pop(k) for k in TARGET_OPTIONS if k in options}
-    _check_options(options.get("strategy", "optimal"), options["cost"], made.get("cluster"))
-    tgt = targets.make(options.pop("target", "cpu"), **made)
+    opts = Options.from_env(**options)
+    _check_options(opts)
+    tgt = targets.make(opts)
     t0 = time.perf_counter()
-    *_, rep = _orchestrate(model, example_inputs, target=tgt, **options)
+    *_, rep = _orchestrate(model, example_inputs, opts, tgt)
     rep.seconds["total"] = time.perf_counter() - t0
     return rep
 
 
-def _check_options(strategy: str, cost: str, cluster: Any) -> None:
-    if strategy not in STRATEGIES:
-        raise KernorchError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    if cost not in COSTS:
-        raise KernorchError(f"unknown cost {cost!r}; choose one of {', '.join(COSTS)}")
-    if cluster is not None and cost != "measured":
+def _check_options(opts: Options) -> None:
+    if opts.strategy not in STRATEGIES:
+        raise KernorchError(f"unknown strategy {opts.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    if opts.cost not in COSTS:
+        raise KernorchError(f"unknown cost {opts.cost!r}; choose one of {', '.join(COSTS)}")
+    if opts.cluster is not None and opts.cost != "measured":
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
 
 
-def _orchestrate(model: Any, example_inputs: Any, *, target: targets.Target, strategy: str = "optimal",
-                 cost: str = "measured", db: str | os.PathLike | TuningDB | None = None, input_shapes=None,
-                 rewrites: Sequence[str] = DEFAULT_RULES, knobs: Knobs | None = None, progress: bool = True,
-                 dynamo: bool = False, regions: bool = True, tuning_budget: int | None = TUNING_BUDGET):
+def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets.Target):
     """Import, rewrite and plan on ``target`` (measuring into the database): (graph, plan,
     whole-graph region plan or None, the measured cost, external providers, report)."""
+    strategy, cost, progress = opts.strategy, opts.cost, opts.progress
     cores = target.host_cores(cost)
     busy = check_free_cores(cores, target.require_quiet) if cores else ""
-    knobs = target.knobs(knobs or Knobs())
-    if not regions:
+    knobs = target.knobs(opts.knobs or Knobs())
+    if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
-    if cost == "measured" and knobs.max_candidates is None and tuning_budget is not None:
-        knobs = dataclasses.replace(knobs, max_candidates=tuning_budget)
+    if cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
+        knobs = dataclasses.replace(knobs, max_candidates=opts.tuning_budget)
     rep = CompileReport(strategy, cost, busy=busy)
     t0 = time.perf_counter()
-    g, imp = load_graph(model, example_inputs, input_shapes, dynamo)
+    g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
     rep.opaque = dict(imp.opaque)
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    g, rep.rewrites = apply_rewrites(g, rewrites)
+    g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
     if strategy == "optimal" and knobs.layouts and target.name == "cpu":
         g, rep.rewrites["channels_last_pairs"] = channels_last_pairs(g)
     rep.prims = len(g.prims)
@@ -159,8 +177,9 @@ def _orchestrate(model: Any, example_inputs: Any, *, target: targets.Target, str
 
     t2 = time.perf_counter()
     roofline = target.roofline()
-    own_db = db is None or not isinstance(db, TuningDB)
-    tdb = db if isinstance(db, TuningDB) else TuningDB(db)
+    db = opts.db
+    own_db = not isinstance(db, TuningDB)
+    tdb = db if isinstance(db, TuningDB) else TuningDB(db if db is not None else opts.env.db_path)
     try:
         with target.measurer(g, tdb, roofline.bind(dag)) as measured:
             ext = measured.providers
@@ -279,7 +298,7 @@ def _whole_region(dag, plan: Plan, measured: MeasuredCost) -> Plan | None:
 
 def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | None, threads: int,
                        measured: MeasuredCost, ext, rep: CompileReport, original: Any = None, rounds: int = 7,
-                       min_seconds: float = 0.3) -> tuple[Plan, Executable]:
+                       min_seconds: float = 0.3, env: Env | None = None) -> tuple[Plan, Executable]:
     """Kernels priced one by one run slower in a model than alone (caches, other libraries'
     thread pools waking up, dispatch), most of all when a plan mixes runtimes. So the solver's
     plan is timed end to end against the whole graph as one region (on kernorch's exported graph,
@@ -290,7 +309,7 @@ def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | 
 
     runs = {"plan": chosen[1]}
     if whole is not None:
-        runs["whole region"] = build_plan(g, whole, threads, measured, ext)
+        runs["whole region"] = build_plan(g, whole, threads, measured, ext, env)
     if original is not None:
         runs.update(original_regions(g, original, ext, rep.failures))
     feeds = random_inputs(g, seed=0)
@@ -340,7 +359,7 @@ def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, 
 
 
 def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,
-               providers: Sequence[Provider] | None = None) -> Executable:
+               providers: Sequence[Provider] | None = None, env: Env | None = None) -> Executable:
     """Build every kernel of the plan with the provider that won its measurement (kernorch's own
     code generator in one compiler call, the others one by one) and wrap them in an Executable."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
@@ -362,7 +381,7 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
             chosen.append(next((p for p in able if p.own_pool), able[0]).name)
     own = [k for k, name in enumerate(chosen) if name == "codegen"]
     built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
-                               threads)
+                               threads, env=env)
     kernels: list = [None] * len(plan.kernels)
     for k, kern in zip(own, built):
         kernels[k] = kern

@@ -25,6 +25,7 @@ from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
+from kernorch.options import Env
 from kernorch.targets.cuda_measure import CudaOptions, tf32
 from kernorch.runtime.executable import Executable, KernelInfo, Signature, executable_for
 
@@ -154,7 +155,7 @@ def save_meta(ex: CudaExecutable) -> dict:
     return {"options": dataclasses.asdict(ex.options)}
 
 
-def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None = None):
+def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None = None, env: Env | None = None):
     """Rebuild a saved CUDA model's kernels on ``device`` (default: options.device, else the
     current GPU, or the CPU under TRITON_INTERPRET=1). ``r`` is the saved.Reader of its directory."""
     from kernorch.runtime.model import CompiledModel, kernel_info, kernel_members
@@ -165,15 +166,16 @@ def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None
             isinstance(v, bool) if k != "device" else v is None or isinstance(v, str) for k, v in opts.items()):
         raise KernorchError("malformed CUDA options")
     options = CudaOptions(**opts)
+    env = env or Env.read()
     dev = torch.device(device) if device is not None else (
-        torch.device(options.device) if options.device else cuda_device())
+        torch.device(options.device) if options.device else cuda_device(env))
     kernels, infos = [], []
     for k, rec in enumerate(meta["kernels"]):
         members, outputs = kernel_members(g, rec)
         kind = rec["kind"]
         if kind == "triton":
             config = {key: int(v) for key, v in rec["config"].items() if key in TritonConfig.__dataclass_fields__}
-            kern = build_cuda(g, members, outputs, dev, TritonConfig(**config))
+            kern = build_cuda(g, members, outputs, dev, TritonConfig(**config), env)
             if not isinstance(kern, TritonKernel) or kern.spec.key != rec["key"]:
                 raise KernorchError(f"kernel {k}: lowered again, it is not the saved Triton kernel")
         elif kind == "linear":
@@ -186,5 +188,5 @@ def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None
             raise KernorchError(f"kernel {k}: kind {str(kind)[:20]!r} cannot run on target cuda")
         kernels.append(kern)
         infos.append(kernel_info(rec["info"]))
-    precompile(kernels)
+    precompile(kernels, env.compile_workers)
     return CompiledModel(cuda_executable(g, kernels, infos, dev, options), report, g)

@@ -22,7 +22,8 @@ from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import CompilerError, KernorchError
 from kernorch.ir.graph import Graph
-from kernorch.runtime import saved
+from kernorch.options import Env
+from kernorch.runtime import native, saved
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 
 FORMAT_VERSION = saved.VERSION
@@ -96,14 +97,17 @@ class CompiledModel:
         w.manifest(m)  # last: a directory is a saved model once its manifest is complete
 
 
-def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool = False) -> CompiledModel:
+def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool = False,
+         env: Env | None = None) -> CompiledModel:
     """Load a model saved by ``CompiledModel.save``: no tuning, and nothing read from the directory
     runs as code. Generated C kernels are generated again from the saved plan and compiled here
     (cached by source, so usually no compiler runs), and must equal the saved code; with
     ``trust_libraries`` the saved libraries are loaded instead (hash-checked; no compiler needed;
     only for directories you trust: a library is native code). A CUDA model's Triton kernels are
     lowered again from their prims and compiled by Triton's JIT on ``device`` or the current GPU.
-    A directory that is not a valid saved model is one ``SavedModelError`` line."""
+    A directory that is not a valid saved model is one ``SavedModelError`` line. The environment
+    is read here once (``env``: kernorch/options.py) and passed to what builds kernels."""
+    env = env or Env.read()
     r = saved.Reader(Path(path))
     m = r.manifest()
     what = "the graph or weights"
@@ -114,7 +118,7 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
         if m.get("target") == "cuda":
             from kernorch.runtime.cuda_exec import load_cuda
 
-            return load_cuda(r, g, m, report, device)
+            return load_cuda(r, g, m, report, device, env)
         if m.get("target") != "cpu":
             raise r.fail(f"unknown target {str(m.get('target'))[:20]!r}")
         kernels, infos, own = [], [], []
@@ -128,7 +132,7 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
                 kernels.append(_load_kernel(r, g, rec, members, outputs))
             infos.append(kernel_info(rec["info"]))
         what = "a generated kernel"
-        for k, kern in _generate_again(r, g, own):
+        for k, kern in _generate_again(r, g, own, env):
             kernels[k] = kern
     except saved.SavedModelError:
         raise
@@ -136,10 +140,11 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
         raise r.fail(f"{what}: {saved.one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - whatever a tampered file triggers is one line
         raise r.fail(f"{what} is malformed or tampered ({type(e).__name__}: {saved.one_line(e)})") from None
+    native.available(env)  # the native driver, built now with this Env (process-wide: native.py)
     return CompiledModel(executable_for(g, kernels, infos), report, g)
 
 
-def _generate_again(r: saved.Reader, g: Graph, own: list) -> list[tuple[int, CKernel]]:
+def _generate_again(r: saved.Reader, g: Graph, own: list, env: Env) -> list[tuple[int, CKernel]]:
     """Saved C kernels generated again from their prims (one compiler call per thread count,
     cached by source) and checked against the saved source: same code, same results."""
     from kernorch.codegen.build import build_many
@@ -148,7 +153,7 @@ def _generate_again(r: saved.Reader, g: Graph, own: list) -> list[tuple[int, CKe
     for threads in sorted({saved.as_int(rec["threads"]) for _, rec, _, _ in own}):
         batch = [(k, rec, members, outputs) for k, rec, members, outputs in own if rec["threads"] == threads]
         try:
-            built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads)
+            built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads, env=env)
         except CompilerError as e:
             raise KernorchError(f"{e} (load(..., trust_libraries=True) runs the saved libraries, no compiler)") from None
         for (k, rec, _, _), kern in zip(batch, built):

@@ -14,11 +14,11 @@ bit-identical to the Python loop: the same kernel functions run on the same buff
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Mapping, Sequence
 
 from kernorch.codegen import toolchain
 from kernorch.errors import CompilerError
+from kernorch.options import Env
 
 DRIVER = """
 typedef void (*kn_kernel)(void *const *args, int nthreads);
@@ -43,20 +43,26 @@ class _Plan(ctypes.Structure):
                 ("threads", ctypes.c_void_p), ("patch", ctypes.c_void_p)]
 
 
-@functools.lru_cache(maxsize=None)
-def driver():
-    """The ``kn_run_all`` entry point (built once, cached on disk like any kernel)."""
-    fn = toolchain.load(toolchain.compile_source(DRIVER)).kn_run_all
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = None
-    return fn
+_DRIVER: list = []  # process-wide by design, like every loaded library (toolchain._LOADED)
 
 
-def available() -> bool:
+def driver(env: Env | None = None):
+    """The ``kn_run_all`` entry point, built once per process (cached on disk like any kernel) by
+    the first caller: compile() and load() pass the Env they read, so an executable's first run
+    finds it built."""
+    if not _DRIVER:
+        fn = toolchain.load(toolchain.compile_source(DRIVER, env or Env.read())).kn_run_all
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = None
+        _DRIVER.append(fn)
+    return _DRIVER[0]
+
+
+def available(env: Env | None = None) -> bool:
     """Whether the driver can be built here (a model loaded with trusted libraries may run where
     there is no compiler: then its calls run the Python loop)."""
     try:
-        driver()
+        driver(env)
     except CompilerError:
         return False
     return True

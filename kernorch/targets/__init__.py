@@ -1,28 +1,27 @@
-"""Targets: one pipeline, one seam per device kind (targets/base.py). ``make`` picks one by name
-and hands it every compile option; a target rejects what it cannot honour with one line."""
+"""Targets: one pipeline, one seam per device kind (targets/base.py). ``make`` picks one by the
+options' ``target`` and hands it every option (kernorch/options.py); a target rejects what it
+cannot honour with one line."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kernorch.errors import KernorchError
+from kernorch.options import Options
 from kernorch.targets.base import Target
 
 TARGETS = ("cpu", "cuda")
 
 
-def make(name: str, **options: Any) -> Target:
-    """The target called ``name`` configured with ``options`` (threads, providers, cluster,
-    require_quiet, cuda_options)."""
-    if name == "cpu":
+def make(options: Options) -> Target:
+    """The target ``options.target`` configured with ``options``."""
+    if options.target == "cpu":
         from kernorch.targets.cpu import CpuTarget
 
-        return CpuTarget(**options)
-    if name == "cuda":
+        return CpuTarget(options)
+    if options.target == "cuda":
         from kernorch.targets.cuda import CudaTarget
 
-        return CudaTarget(**options)
-    raise KernorchError(f"unknown target {name!r}; choose 'cpu' or 'cuda'")
+        return CudaTarget(options)
+    raise KernorchError(f"unknown target {options.target!r}; choose 'cpu' or 'cuda'")
 
 
 __all__ = ["TARGETS", "Target", "make"]

@@ -7,18 +7,16 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from contextlib import contextmanager
-from typing import Any, Sequence
-
 import torch
 
 from kernorch.codegen.triton_kernel import cuda_device
 from kernorch.orchestrate.cost import RooflineCost
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import DEFAULT_PROVIDERS
+from kernorch.options import DEFAULT_PROVIDERS, Options
 from kernorch.targets.base import Target, reject
 from kernorch.targets.cuda_measure import CudaMeasuredCost, CudaOptions, time_on_device
 
-_ROOFLINE: dict[str, RooflineCost] = {}
+_ROOFLINE: dict[str, RooflineCost] = {}  # process-wide by design: each device's constants
 
 
 def gpu_roofline(device: torch.device) -> RooflineCost:
@@ -39,14 +37,17 @@ def gpu_roofline(device: torch.device) -> RooflineCost:
 
 
 class CudaTarget(Target):
-    """``cuda_options``: a CudaOptions. CPU-only options are rejected: ``threads`` (kernels run
-    on the GPU), explicit ``providers`` (no external provider runs on CUDA here), ``cluster`` (its
-    workers measure CPU kernels) and ``require_quiet`` (it checks CPU cores)."""
+    """From ``options``: ``cuda_options``, a CudaOptions. CPU-only options are rejected:
+    ``threads`` (kernels run on the GPU), explicit ``providers`` (no external provider runs on
+    CUDA here), ``cluster`` (its workers measure CPU kernels) and ``require_quiet`` (it checks
+    CPU cores)."""
 
     name = "cuda"
 
-    def __init__(self, threads: int | None = None, providers: Sequence[str] | None = DEFAULT_PROVIDERS,
-                 cluster: Any = None, require_quiet: bool = False, cuda_options: CudaOptions | None = None) -> None:
+    def __init__(self, options: Options | None = None) -> None:
+        options = options or Options(target="cuda")
+        threads, providers, cluster = options.threads, options.providers, options.cluster
+        require_quiet, cuda_options, self.env = options.require_quiet, options.cuda_options, options.env
         if threads is not None:
             raise reject("cuda", "threads", "kernels run on the GPU; threads sets CPU kernels' OpenMP threads")
         if providers and providers is not DEFAULT_PROVIDERS and tuple(providers) != tuple(DEFAULT_PROVIDERS):
@@ -59,7 +60,7 @@ class CudaTarget(Target):
         self.options = cuda_options or CudaOptions()
         if not isinstance(self.options, CudaOptions):
             raise reject("cuda", f"cuda_options={self.options!r}", "pass a kernorch.targets.cuda_measure.CudaOptions")
-        self.device = torch.device(self.options.device) if self.options.device else cuda_device()
+        self.device = torch.device(self.options.device) if self.options.device else cuda_device(self.env)
         self.where = f" on {self.device}"
 
     def knobs(self, knobs: Knobs) -> Knobs:
@@ -74,4 +75,4 @@ class CudaTarget(Target):
 
     @contextmanager
     def measurer(self, g, db, rough):
-        yield CudaMeasuredCost(g, db, self.device, self.options)
+        yield CudaMeasuredCost(g, db, self.device, self.options, env=self.env)

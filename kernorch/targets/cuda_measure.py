@@ -28,6 +28,7 @@ from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.measure import MeasureStats, ordered_outputs
+from kernorch.options import Env
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
@@ -135,8 +136,9 @@ class CudaMeasuredCost(PricedCandidates):
     interface as orchestrate.measure.MeasuredCost; keys, memo and look-ups: orchestrate.priced)."""
 
     def __init__(self, g: Graph, db: TuningDB, device: torch.device, options: CudaOptions = CudaOptions(),
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, env: Env | None = None) -> None:
         self.g, self.db, self.device, self.options = g, db, device, options
+        self.env = env or Env.read()
         self.target = f"cuda-{device_name(device)}" + ("-tf32" if options.allow_tf32 else "")
         self.progress = progress
         self.stats = MeasureStats()
@@ -151,14 +153,14 @@ class CudaMeasuredCost(PricedCandidates):
         items = list(todo.items())
         batches = [items[i:i + BATCH] for i in range(0, len(items), BATCH)]
         built = self._build(batches[0]) if batches else []
-        pending = precompile_async(k for _, kerns in built for _, k in kerns)
+        pending = precompile_async((k for _, kerns in built for _, k in kerns), self.env.compile_workers)
         done = 0
         for i, batch in enumerate(batches):
             wait(pending)  # this batch compiled; compile the next one while timing this one
             current = built
             if i + 1 < len(batches):
                 built = self._build(batches[i + 1])
-                pending = precompile_async(k for _, kerns in built for _, k in kerns)
+                pending = precompile_async((k for _, kerns in built for _, k in kerns), self.env.compile_workers)
             for (k, cand), (_, kerns) in zip(batch, current):
                 self._measure(k, cand, kerns)
                 done += 1
@@ -172,7 +174,7 @@ class CudaMeasuredCost(PricedCandidates):
         for key, cand in batch:
             try:
                 kerns = build_variants(self.g, set(cand.nodes), ordered_outputs(self._pos, cand), self.device,
-                                       self.options.tune)
+                                       self.options.tune, self.env)
             except Exception as e:  # noqa: BLE001 - recorded as a build failure, never chosen
                 out.append((key, [("codegen", e)]))
                 continue

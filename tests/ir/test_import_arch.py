@@ -3,7 +3,8 @@
 ir is the bottom and imports nothing else from kernorch; frontend / fission / rewrite / codegen
 (and kernel providers) build on ir; orchestrate on codegen + ir, except the solver, which works on
 an abstract DAG and must stay free of both; targets (the Target seam: what a device kind brings to
-the one pipeline) on orchestrate and below; runtime on everything below; only the top-level
+the one pipeline) on orchestrate and below; runtime on everything below; ``options`` (one compile's
+settings, the environment read once) sits just above errors so every layer can take it; only the top-level
 ``kernorch/__init__.py`` and ``cli.py`` reach runtime. Imports inside functions count too (a lazy
 import is still a dependency); only ``if TYPE_CHECKING:`` blocks are exempt.
 """
@@ -14,18 +15,20 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "kernorch"
 
 # subpackage -> the other kernorch subpackages it may import ("errors" is the shared module)
-BELOW_RUNTIME = {"ir", "frontend", "fission", "rewrite", "codegen", "providers", "orchestrate", "targets", "errors"}
+BELOW_RUNTIME = {"ir", "frontend", "fission", "rewrite", "codegen", "providers", "orchestrate", "targets", "errors",
+                 "options"}
 ALLOWED = {
     "ir": set(),
     "frontend": {"ir", "fission", "errors"},     # importing a model is load + fission
     "fission": {"ir", "frontend", "errors"},
     "rewrite": {"ir", "errors"},
-    "codegen": {"ir", "errors"},
-    "providers": {"ir", "codegen", "errors"},
-    "orchestrate": {"ir", "codegen", "providers", "errors"},  # providers price candidates too
-    "targets": {"ir", "codegen", "providers", "orchestrate", "errors"},  # never runtime: it runs on them
+    "codegen": {"ir", "errors", "options"},
+    "providers": {"ir", "codegen", "errors", "options"},
+    "orchestrate": {"ir", "codegen", "providers", "errors", "options"},  # providers price candidates too
+    "targets": {"ir", "codegen", "providers", "orchestrate", "errors", "options"},  # never runtime: it runs on them
     "runtime": BELOW_RUNTIME,
     "errors": set(),
+    "options": {"errors"},  # the settings of a compile, read once: below every layer that takes them
     "__main__": {"cli"},
     "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_run", "cli_db"},
     "cli_run": BELOW_RUNTIME | {"runtime", "__init__", "cli"},   # the compile / run subcommands

@@ -1,0 +1,148 @@
+"""Every setting of a compile in one frozen object, the environment read once.
+
+``Options.from_env(**settings)`` is called at an entry point (``compile``, ``tune``, ``load``,
+the CLI) and carried down: the target, the measurer, the code generators and the toolchain take
+what they need from their caller and never read ``os.environ`` themselves, so a compile sees one
+consistent configuration even if the environment changes while it runs. A bad value is a
+one-line KernorchError naming the variable, raised before any work starts.
+
+The environment (``Env``), each variable once:
+  KERNORCH_CACHE_DIR        built kernels and generated Triton modules (~/.cache/kernorch/build)
+  KERNORCH_DB               the tuning database (else $XDG_CACHE_HOME or ~/.cache, /kernorch/tuning.sqlite)
+  KERNORCH_NUM_THREADS      threads per CPU kernel unless ``threads=`` (else the CPUs this process may use)
+  KERNORCH_COMPILE_WORKERS  processes compiling Triton kernels for a GPU (0 or unset: one per core, at most 16)
+  CC                        the C compiler (else cc, gcc)
+  TRITON_INTERPRET          target "cuda" on CPU through Triton's interpreter (Triton reads it too)
+  RAY_ADDRESS               the Ray cluster of ``cluster="ray"`` (else "auto")
+
+Process-wide by design (not per compile, documented where they live): loaded shared libraries
+(codegen/toolchain.py; the dynamic loader is per process), imported Triton modules
+(codegen/triton_kernel.py; sys.modules is), the Triton compile-worker pool (costly to start), the
+roofline constants of this machine and GPU (targets/; measured once, they describe hardware),
+OpenVINO's Core (providers/ov.py) and memoised pure functions (lru_cache on their arguments).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from kernorch.errors import KernorchError
+
+if TYPE_CHECKING:
+    from kernorch.orchestrate.knobs import Knobs
+    from kernorch.targets.cuda_measure import CudaOptions
+
+# Providers tried by default (orchestrate/measure.py): onnxruntime and OpenVINO for regions (and
+# single kernels nothing on the own pool can run), PyTorch eager and its fused oneDNN variant for
+# linear kernels. The channels-last and JIT variants rarely beat those and each costs a build and
+# a timing per candidate; ask for them by name (``providers=``).
+DEFAULT_PROVIDERS: tuple[str, ...] = ("ort", "openvino", "torch", "torch_onednn")
+# Candidates the optimal strategy may enumerate (and so measure) per model under measured costs:
+# about ten minutes of tuning on two cores (~5 candidates/s). Knobs.max_candidates explains it.
+TUNING_BUDGET = 3000
+_TRUE, _FALSE = ("1", "true", "yes", "on", "y"), ("0", "false", "no", "off", "n", "")
+
+
+class OptionsError(KernorchError):
+    """An environment variable or option with a value kernorch cannot use (names the culprit)."""
+
+
+def _int(environ: Mapping[str, str], name: str, lowest: int) -> int | None:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = lowest - 1
+    if value < lowest:
+        raise OptionsError(f"{name}={raw!r} is not an integer >= {lowest}; unset it or fix the value")
+    return value
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise OptionsError(f"{name}={environ[name]!r} is not a switch; use 1 or 0")
+    return raw in _TRUE
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Env:
+    """What kernorch takes from the environment (module docstring), read once by ``read``."""
+
+    cache_dir: Path
+    db_path: Path
+    threads: int
+    compile_workers: int  # 0: one per core, at most 16
+    cc: str | None
+    triton_interpret: bool
+    ray_address: str
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> Env:
+        e = os.environ if environ is None else environ
+        home = Path.home() / ".cache"
+        db = e.get("KERNORCH_DB") or Path(e.get("XDG_CACHE_HOME") or home) / "kernorch" / "tuning.sqlite"
+        return cls(cache_dir=Path(e.get("KERNORCH_CACHE_DIR") or home / "kernorch" / "build"), db_path=Path(db),
+                   threads=_int(e, "KERNORCH_NUM_THREADS", 1) or _cpus(),
+                   compile_workers=_int(e, "KERNORCH_COMPILE_WORKERS", 0) or 0,
+                   cc=e.get("CC") or None, triton_interpret=_flag(e, "TRITON_INTERPRET"),
+                   ray_address=e.get("RAY_ADDRESS") or "auto")
+
+    def build_dir(self) -> Path:
+        """The kernel cache directory, created on first use."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        return self.cache_dir
+
+
+@dataclass(frozen=True)
+class Options:
+    """The settings of one compile: ``compile()``'s keywords (README "Python API"; defaults
+    equal), the orchestrator's Knobs, target "cuda"'s CudaOptions and the environment."""
+
+    target: str = "cpu"
+    strategy: str = "optimal"
+    cost: str = "measured"
+    db: Any = None  # a path or a TuningDB; None: env.db_path
+    input_shapes: Mapping[str, Sequence[int]] | None = None
+    rewrites: Sequence[str] | None = None  # None: rewrite.pipeline.DEFAULT_RULES
+    threads: int | None = None  # None: env.threads (target "cpu")
+    knobs: Knobs | None = None  # None: Knobs()
+    progress: bool = True
+    dynamo: bool = False
+    cuda_options: CudaOptions | None = None
+    providers: Sequence[str] | None = DEFAULT_PROVIDERS
+    regions: bool = True
+    tuning_budget: int | None = TUNING_BUDGET
+    require_quiet: bool = False
+    cluster: Any = None
+    env: Env = field(default_factory=Env.read)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **settings: Any) -> Options:
+        """``settings`` (compile()'s keywords) with the environment read now, once."""
+        unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(cls)} - {"env"})
+        if unknown:
+            raise OptionsError(f"unknown option(s) {', '.join(unknown)}; see README \"Python API\"")
+        return cls(**settings, env=Env.read(environ))
+
+    def replace(self, **settings: Any) -> Options:
+        """A copy with ``settings`` changed (the environment as read before)."""
+        return dataclasses.replace(self, **settings)
+
+    @property
+    def cpu_threads(self) -> int:
+        """Threads per CPU kernel: ``threads``, else $KERNORCH_NUM_THREADS, else the usable CPUs."""
+        return self.threads or self.env.threads
