@@ -39,11 +39,11 @@ def _check(model, x: np.ndarray) -> None:
 class _Guard(collections.abc.MutableMapping):
     """os.environ that fails the test when kernorch's variables are read."""
 
-    def __init__(self, real):
-        self.real = real
+    def __init__(self, real, watched=WATCHED):
+        self.real, self.watched = real, watched
 
     def __getitem__(self, key):
-        if key in WATCHED:
+        if key in self.watched:
             raise AssertionError(f"{key} read after the entry point")
         return self.real[key]
 
@@ -72,6 +72,19 @@ def x():
 def test_nothing_below_the_entry_point_reads_the_environment(cost, tmp_path, monkeypatch, x):
     opts = Options.from_env(**{**FAST, "cost": cost, "db": tmp_path / "db.sqlite"})
     monkeypatch.setattr(os, "environ", _Guard(os.environ))
+    model = kernorch.compile(_model(), options=opts)
+    _check(model, x)
+    model.save(tmp_path / "m")
+    _check(kernorch.load(tmp_path / "m", env=opts.env), x)
+
+
+def test_nothing_below_the_entry_point_reads_the_environment_on_cuda(tmp_path, monkeypatch, x):
+    """Target "cuda" (Triton's interpreter without a GPU); TRITON_INTERPRET is Triton's own too."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("a GPU run: tests/cuda cover it")
+    opts = Options.from_env(**{**FAST, "target": "cuda", "db": tmp_path / "db.sqlite"})
+    monkeypatch.setattr(os, "environ", _Guard(os.environ, tuple(w for w in WATCHED if w != "TRITON_INTERPRET")))
     model = kernorch.compile(_model(), options=opts)
     _check(model, x)
     model.save(tmp_path / "m")
