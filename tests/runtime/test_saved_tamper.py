@@ -171,17 +171,34 @@ def test_a_c_kernel_cannot_be_pointed_at_another_function(copy, marker):
     assert "invalid file" in _refused(copy, marker, trust_libraries=True)
 
 
-def test_a_replaced_library_is_never_loaded_unless_trusted(copy, original, marker, tmp_path):
+def _evil_library(tmp_path: Path, marker: Path) -> bytes:
+    """A shared library that creates ``marker`` as soon as it is opened."""
     src = tmp_path / "evil.c"
     src.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) {{ fclose(fopen("{marker}", "w")); }}\n')
     lib = tmp_path / "evil.so"
     subprocess.run([compiler(), "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    return lib.read_bytes()
+
+
+def test_a_replaced_library_is_never_loaded_unless_trusted(copy, original, marker, tmp_path):
     m = _manifest(copy)
-    _kernel(m, "c")["lib"] = _put_blob(copy, lib.read_bytes(), "so")
+    _kernel(m, "c")["lib"] = _put_blob(copy, _evil_library(tmp_path, marker), "so")
     _write_manifest(copy, m)
     again = kernorch.load(copy)  # C kernels are generated again from the plan: the blob is not opened
     assert not marker.exists()
     assert np.array_equal(again(original[1]), original[2])
+
+
+@pytest.mark.parametrize("change", ["truncated", "replaced"])
+def test_a_library_changed_under_its_hash_is_never_opened(copy, original, marker, tmp_path, change):
+    """A .so whose bytes no longer match its content-hash name (cut short, or another library put
+    in its place): trusted, the load is refused before it is opened; untrusted, it is not opened."""
+    lib = copy / "blobs" / _kernel(_manifest(copy), "c")["lib"]
+    data = lib.read_bytes()
+    lib.write_bytes(data[: len(data) // 2] if change == "truncated" else _evil_library(tmp_path, marker))
+    assert "does not match its hash" in _refused(copy, marker, trust_libraries=True)
+    assert np.array_equal(kernorch.load(copy)(original[1]), original[2])
+    assert not marker.exists()
 
 
 def test_a_changed_source_is_refused(copy):
