@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kernorch.errors import KernorchError
+from kernorch.ir import layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op
 from kernorch.providers.base import (BuiltKernel, Provider, ProviderError, _one_line, default_threads, random_inputs,
@@ -152,3 +153,38 @@ def test_saved_state_and_load_default_to_the_state_and_a_rebuild():
     assert p.saved_state(k) is k.state
     again = p.load(g, members, members, {"threads": 2})
     assert p.args == (g, members, members) and again.inputs == [x, c]
+
+
+def test_random_inputs_draw_gather_indices_for_the_kernels_own_table():
+    """An index value that also gathers from a smaller table outside the kernel gets the full range
+    of the kernel's table ([-n, n), n = 10 here, not 3): the kernel is checked on every index it
+    can see, and never on one out of range."""
+    b = Builder()
+    i = b.input((256,), "int64")
+    inside = b.gather(b.input((10,)), [i], *_take(10))
+    outside = b.gather(b.input((3,)), [i], *_take(3))
+    b.g.outputs = [inside, outside]
+    g = b.g
+    sub = g.subgraph([inside], [inside])
+    idx = random_inputs(g, sub, 2)[i]
+    assert idx.min() >= -10 and idx.max() < 10 and np.abs(idx).max() > 3
+    np.testing.assert_array_equal(random_inputs(g, sub)[i], random_inputs(g, sub, 0)[i])  # default seed 0
+
+
+def _take(n):
+    m, maps = layout.gather_take((n,), 0, (256,))
+    return m, [0], maps
+
+
+def test_requested_outputs_in_another_order_than_the_boundary_pass():
+    """``verify`` holds the kernel to the outputs asked for, in that order, not to the boundary's."""
+    b = Builder()
+    x = b.input((2, 3))
+    m = b.binary(Op.MUL, x, b.constant(C))
+    d = b.binary(Op.SUB, m, x)
+    b.g.outputs = [d, b.unary(Op.NEG, m)]  # m is read outside: boundary [m, d]
+    g = b.g
+    assert g.subgraph([m, d]).outputs == [m, d]
+    k = _kernel(g, [m, d], [m, d])
+    swapped = BuiltKernel("hand", k.inputs, [d, m], lambda xs: k.run(xs)[::-1])
+    assert verify(swapped, g, [m, d], [d, m])[:1] == (True,)
