@@ -17,12 +17,12 @@ ROOT=$(pwd)
 # module (under kernorch/) -> the tests that guard it (folders, files or test ids)
 SAFETY=tests/orchestrate/test_safety_nets.py
 declare -A TESTS=(
-  [orchestrate/measure.py]="tests/orchestrate/test_safety_nets.py tests/orchestrate/test_trust.py"
+  [orchestrate/measure.py]="tests/orchestrate/test_trust.py"
   [providers/base.py]="tests/providers/test_base.py tests/providers/test_select.py"
   [providers/select.py]="tests/providers/test_select.py tests/providers/test_providers.py"
   [ir/oracle.py]="tests/ir $SAFETY"
   [orchestrate/tuning_db.py]="tests/orchestrate/test_tuning_db.py tests/orchestrate/test_tuning_db_errors.py tests/orchestrate/test_tuning_db_edges.py tests/orchestrate/test_safety_nets.py"
-  [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_layout.py"
+  [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_index_edges.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py tests/runtime/test_memory_edges.py"
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
 )
