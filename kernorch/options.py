@@ -15,11 +15,14 @@ The environment (``Env``), each variable once:
   TRITON_INTERPRET          target "cuda" on CPU through Triton's interpreter (Triton reads it too)
   RAY_ADDRESS               the Ray cluster of ``cluster="ray"`` (else "auto")
 
-Process-wide by design (not per compile, documented where they live): loaded shared libraries
-(codegen/toolchain.py; the dynamic loader is per process), imported Triton modules
-(codegen/triton_kernel.py; sys.modules is), the Triton compile-worker pool (costly to start), the
-roofline constants of this machine and GPU (targets/; measured once, they describe hardware),
-OpenVINO's Core (providers/ov.py) and memoised pure functions (lru_cache on their arguments).
+Per compile: the measurer a Target opens for it holds the compile's caches (prices, verified
+kernels, database look-ups: orchestrate/priced.py); per graph: codegen/feasible.py's facts, held
+weakly by the graph. Process-wide by design (not per compile, documented where they live): loaded
+shared libraries and the native driver (codegen/toolchain.py, runtime/native.py; the dynamic loader
+is per process), imported Triton modules (codegen/triton_kernel.py; sys.modules is), the Triton
+compile-worker pool (costly to start), the roofline constants of this machine and GPU (targets/;
+measured once, they describe hardware), OpenVINO's Core (providers/ov.py) and memoised pure
+functions (lru_cache on their arguments).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from kernorch.providers.base import BuiltKernel, Provider, default_threads
 from kernorch.providers.ort import _views_detail, kept_shared_weights, onnx_from_state, onnx_state, without_weights
 from kernorch.providers.to_onnx import OnnxKernel, export, unsupported
 
-_CORE = None
+_CORE = None  # process-wide by design: one OpenVINO Core (its plugins and thread pool) per process
 
 
 def _core():
