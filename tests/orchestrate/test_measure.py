@@ -163,7 +163,7 @@ def test_time_kernel_without_a_timer_takes_a_median():
     g, n, e = _chain()
     k = FakeKernel(g, {n, e}, [e])
     t = measure.time_kernel(k, [np.ones((4, 4), np.float32)])
-    assert isinstance(t, Measurement) and t.samples > 0 and len(k.timed_with) > t.samples
+    assert isinstance(t, Measurement) and t.seconds >= 0 and len(k.timed_with) > 1  # warm-up, then samples
 
 
 def test_priced_keeps_the_evidence_and_flags_an_unsettled_one():
