@@ -2,10 +2,11 @@
 
 Measured compiles pick each kernel's provider by its timing on this machine, and since kernels go to
 the providers on kernorch's own pool (PyTorch and its oneDNN variant) wherever those can run them,
-onnxruntime and OpenVINO show up only as regions, and only when they time faster. A save/load test
+onnxruntime and OpenVINO show up as regions when those time faster, and as single kernels only
+where nothing on the own pool can run them. A save/load test
 needs every provider in one plan whatever the machine, so this builds the plan with the compile's
-own pieces (import, rewrites, layout pairs, ``orchestrate`` on roofline costs, ``build_plan``), with
-two deterministic stand-ins for measurement:
+own pieces (import, rewrites, layout pairs, ``orchestrate`` on roofline costs with small segments,
+``build_plan``), with two deterministic stand-ins for measurement:
 
 * region prices: the second segment and a later one of another structure (and any segment alike:
   prices are per kernel key) cost nearly nothing as a region and no other run of segments has
@@ -25,8 +26,8 @@ from kernorch.orchestrate.candidate import multi_output
 from kernorch.orchestrate.cost import RooflineCost
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.partition import partition
 from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
+from kernorch.orchestrate.partition import partition
 from kernorch.orchestrate.strategies import orchestrate
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 from kernorch.providers.select import reason_or_none
@@ -64,7 +65,8 @@ def steered_model(g: Graph, *, regions: bool, threads: int = 2) -> tuple[Compile
                          max_kernel_nodes=knobs.max_kernel_nodes)  # as orchestrate's optimal strategy cuts
     assert len(segments) >= 4, f"{len(segments)} segments: too few for two regions between kernels"
     key = [g.kernel_key(c.nodes, ordered_outputs(pos, c)) for c in (multi_output(live, s.nodes) for s in segments)]
-    last = next(i for i in range(len(segments) - 2, 1, -1) if key[i] != key[1])
+    last = next((i for i in range(len(segments) - 2, 1, -1) if key[i] != key[1]), None)
+    assert last is not None, "no two segments of different structure for the two regions"
     cheap = {key[1], key[last]}  # two segments of different structure, between kernel plans
 
     def region_cost(cand):  # by kernel key, as measured prices are: equal segments get it too
