@@ -17,29 +17,30 @@ import torch
 import torch.nn.functional as F
 
 from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.providers.activations import Activation, activation_after
 
-UNARY_POST_OPS = {Op.RELU: "relu", Op.SIGMOID: "sigmoid", Op.TANH: "tanh"}
 BINARY_POST_OPS = {Op.ADD: "add", Op.MUL: "mul", Op.SUB: "sub"}
 
 
-def post_ops(b, y: ValueId) -> tuple[Prim | None, ValueId | None, Prim | None, list[Prim]]:
+def post_ops(b, y: ValueId) -> tuple[Prim | None, ValueId | None, Activation | None, list[Prim]]:
     """The post-op chain after value ``y`` in builder ``b`` (torch_exec._Builder): (binary prim,
-    its other operand, unary prim, the identity view pairs passed on the way), None when absent.
-    A post-op must be the only reader of its input, which must not be a kernel output; the other
-    operand has ``y``'s type (no broadcast) and for ``sub`` is the subtrahend."""
-    binary = other = unary = None
+    its other operand, the activation, the identity view pairs passed on the way), None when
+    absent. A post-op must be the only reader of its input, which must not be a kernel output; the
+    other operand has ``y``'s type (no broadcast) and for ``sub`` is the subtrahend."""
+    binary = other = None
     passed: list[Prim] = []
     reader, read, views = _only_reader(b, y)
-    if reader is not None and reader.op in BINARY_POST_OPS and reader.inputs.count(read) == 1:
+    if reader is not None and reader.inputs.count(read) == 1:
         o = reader.inputs[1] if reader.inputs[0] == read else reader.inputs[0]
         if b.sub.types[o] == b.sub.types[read] and (reader.op is not Op.SUB or reader.inputs[0] == read):
             binary, other = reader, o
             passed += views
-            reader, read, views = _only_reader(b, reader.output)
-    if reader is not None and reader.op in UNARY_POST_OPS:
-        unary = reader
+            y = reader.output
+    views = identity_views(b, y)
+    act = activation_after(b, views[-1].output if views else y)
+    if act is not None:
         passed += views
-    return binary, other, unary, passed
+    return binary, other, act, passed
 
 
 def identity_views(b, v: ValueId) -> list[Prim]:
@@ -62,35 +63,34 @@ def identity_views(b, v: ValueId) -> list[Prim]:
 
 
 def _only_reader(b, v: ValueId) -> tuple[Prim | None, ValueId, list[Prim]]:
-    """(the post-op that alone reads ``v``, through identity views, or None; the value it reads;
-    those views)."""
+    """(the binary post-op that alone reads ``v``, through identity views, or None; the value it
+    reads; those views)."""
     views = identity_views(b, v)
     if views:
         v = views[-1].output
     uses = b.uses.get(v, [])
-    if v in b.outputs or len(uses) != 1 or uses[0].op not in {**UNARY_POST_OPS, **BINARY_POST_OPS}:
+    if v in b.outputs or len(uses) != 1 or uses[0].op not in BINARY_POST_OPS:
         return None, v, []
     return (uses[0], v, views) if b.sub.types[uses[0].output] == b.sub.types[v] else (None, v, [])
 
 
-def absorb(b, lin: Prim, y: ValueId) -> tuple[ValueId, int | None, str, str]:
+def absorb(b, lin: Prim, y: ValueId) -> tuple[ValueId, int | None, str, Activation | None]:
     """Take ``y``'s post-op chain into the linear step of ``lin`` (``y``: its output, or the bias
     add folded into it): (the value the step now writes, slot of the binary operand or None,
-    binary attr or "", unary attr or "none"). Absorbed prims but the last are skipped by the
+    binary attr or "", the activation or None). Absorbed prims but the last are skipped by the
     builder; the last one's position is where the step runs."""
-    binary, other, unary, views = post_ops(b, y)
-    chain = [p for p in (binary, unary) if p is not None]
+    binary, other, act, views = post_ops(b, y)
+    chain = ([binary] if binary is not None else []) + (list(act.prims) if act is not None else [])
     for p in views + chain[:-1]:
         b.skip.add(p.output)
     if chain and y != lin.output:
         b.skip.add(y)
     out = chain[-1].output if chain else y
     names = [BINARY_POST_OPS[binary.op]] if binary is not None else []
-    names += [UNARY_POST_OPS[unary.op]] if unary is not None else []
+    names += [act.label] if act is not None else []
     if names:
         b.notes.append("+".join(names) + " fused")
-    return (out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "",
-            UNARY_POST_OPS[unary.op] if unary is not None else "none")
+    return out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "", act
 
 
 def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None, out_v: ValueId,
@@ -111,7 +111,7 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     stride, dilation = list(a.strides), list(a.dilations)
     packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), padding, stride, dilation, a.groups,
                                                           x_shape)
-    out_v, other_slot, binary, unary = absorb(b, p, out_v)
+    out_v, other_slot, binary, act = absorb(b, p, out_v)
     xs, o = b.s(x), b.s(out_v)
     n_out = b.sub.types[p.output].shape[1]
     b.notes.append("oneDNN conv, prepacked weight")
@@ -123,15 +123,16 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     def inp(e):
         return F.pad(e[xs], pre_pad) if pre_pad else e[xs]
 
+    unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     if other_slot is None:
         def run(e):
-            e[o] = fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, [], "")
+            e[o] = fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, scalars, algorithm)
     else:
         def run(e):
             xt = inp(e)
             other = e[other_slot].contiguous(memory_format=_format_of(xt))
             e[o] = fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups, binary, None,
-                                None if unary == "none" else unary, [], "")
+                                None if act is None else unary, scalars, algorithm)
     return run, out_v
 
 
@@ -145,11 +146,12 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
         return None
     kdim, n = w.shape
     rows = max(1, a_type.size // kdim)
-    binary_prim, _, unary_prim, _ = post_ops(b, out_v)
-    if binary_prim is not None and unary_prim is not None:
+    binary_prim, _, act, _ = post_ops(b, out_v)
+    if binary_prim is not None and act is not None:
         return None  # oneDNN's linear takes one post-op here; leave the chain to PyTorch
     packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
-    out_v, other_slot, binary, unary = absorb(b, p, out_v)
+    out_v, other_slot, binary, act = absorb(b, p, out_v)
+    unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     a_s, o = b.s(p.inputs[0]), b.s(out_v)
     out_shape = b.sub.types[p.output].shape
     b.notes.append("oneDNN linear, prepacked weight")
@@ -160,7 +162,7 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
 
     if other_slot is None:
         def run(e):
-            e[o] = linear(e[a_s].reshape(-1, kdim), packed, bias(e), unary, [], "").reshape(out_shape)
+            e[o] = linear(e[a_s].reshape(-1, kdim), packed, bias(e), unary, scalars, algorithm).reshape(out_shape)
     else:
         def run(e):
             other = e[other_slot].reshape(-1, n)
