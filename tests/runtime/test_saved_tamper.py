@@ -134,6 +134,10 @@ def _set_taken(m, value):
     _kernel(m, "provider")["state"]["weights_taken"] = value
 
 
+def _set_threads(m, value):
+    _kernel(m, "provider")["state"]["threads"] = value
+
+
 def _set_kind(m, value):
     _kernel(m, "reference")["kind"] = value
 
@@ -148,8 +152,10 @@ def _set_kind(m, value):
     (_set_kind, "__import__"),
     (_set_taken, [[10 ** 9, 0]]),
     (_set_taken, [["__import__('os')", 0]]),
+    (_set_threads, 10 ** 9),
+    (_set_threads, "os.cpu_count()"),
 ], ids=["attrs-system", "attrs-popen", "attrs-graph", "enum-eval", "attrs-opaque", "provider-name", "kernel-kind",
-        "weights-position", "weights-eval"])
+        "weights-position", "weights-eval", "threads-huge", "threads-eval"])
 def test_malicious_json_fields_run_nothing(copy, marker, tamper, value):
     m = _manifest(copy)
     tamper(m, json.loads(json.dumps(value).replace("{marker}", str(marker))))
