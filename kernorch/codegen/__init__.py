@@ -4,8 +4,9 @@
     why_not(g, members, outputs) -> str | None          the reason when it cannot
     lower(g, members, outputs) -> KernelSpec            loop-level description of a C kernel
     emit_module(specs) -> str                           C source of many kernels
-    build_kernel(g, members, outputs, num_threads=None) -> Kernel
-    build_many(items, num_threads=None, g=None) -> list[Kernel]   one compiler call per batch
+    build_kernel(g, members, outputs, num_threads=None, env=None) -> Kernel
+    build_many(items, num_threads=None, g=None, env=None) -> list[Kernel]   one compiler call per batch
+    (``env``: the options.Env the caller's entry point read; None reads the environment now)
     Kernel.run(inputs, out=None) -> list[torch.Tensor]; .inputs / .outputs value ids; .source
 """
 
