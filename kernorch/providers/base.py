@@ -43,6 +43,9 @@ class BuiltKernel:
     # Optional: write the results into preallocated contiguous ``outputs`` (no copy through a
     # temporary); the runtime uses it when present.
     run_into: Callable[[list[torch.Tensor], list[torch.Tensor]], None] | None = field(default=None, repr=False)
+    # ``run`` returns new contiguous tensors that share memory with nothing else, so the runtime
+    # may adopt them as the values' buffers for the call instead of copying them into its arena.
+    fresh: bool = False
     # What ``Provider.load`` needs to rebuild this kernel in another process (a saved model):
     # JSON values, plus ``bytes`` that the saved format stores as files. Always ``threads``.
     state: dict = field(default_factory=dict, repr=False)

@@ -72,7 +72,7 @@ def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int,
         sub = g.subgraph(members, outputs)
         feeds = reference[0] if reference is not None else random_inputs(g, sub, seed + 1)
         args = [torch.from_numpy(feeds[v]) for v in built.inputs]
-        if built.run_into is not None:  # timed as the runtime calls it: into preallocated outputs
+        if built.run_into is not None and not built.fresh:  # timed as the runtime calls it: into planned outputs
             outs = [torch.empty(g.types[v].shape, dtype=a.dtype) for v, a in zip(built.outputs, built.run(args))]
             timing = as_measurement(timer(lambda: built.run_into(args, outs), name))
         else:

@@ -80,7 +80,7 @@ class TorchProvider(Provider):
                     o.copy_(r.reshape(o.shape))
 
         return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail,
-                           run_into=None if self.variant == "jit" else call_into,
+                           run_into=None if self.variant == "jit" else call_into, fresh=self.variant != "jit",
                            state={"threads": threads})  # loading builds it again from its prims
 
 

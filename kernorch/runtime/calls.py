@@ -29,7 +29,7 @@ _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 _TENSOR = torch.Tensor
 _NDARRAY = np.ndarray
-NATIVE, PYTHON, RETURNS = 0, 1, 2  # kinds of step
+NATIVE, PYTHON, RETURNS, FRESH = 0, 1, 2, 3  # kinds of step
 
 
 def np_pointer(a: np.ndarray) -> int:
@@ -60,7 +60,7 @@ class CallPlan:
     per kernel (kernel, inputs, dynamic inputs, outputs, dynamic outputs). With ``native``, runs of
     consecutive C kernels are one native call each."""
 
-    def __init__(self, graph, program: list, types: dict, native: bool) -> None:
+    def __init__(self, graph, program: list, types: dict, native: bool, fresh: set[int] = frozenset()) -> None:
         from kernorch.runtime.executable import TORCH_DTYPES
 
         def spec(v: int) -> tuple:
@@ -70,6 +70,8 @@ class CallPlan:
         self.specs = [spec(v) for v in graph.inputs]
         index: dict[int, int] = {v: i for i, v in enumerate(graph.inputs)}
         for v in graph.outputs:
+            index.setdefault(v, len(index))
+        for v in sorted(fresh):  # values whose kernels return new buffers, adopted per call
             index.setdefault(v, len(index))
         self.size = len(index)
         self.answer = [index[v] for v in graph.outputs]
@@ -89,10 +91,11 @@ class CallPlan:
         read_natively = set().union(*(r.reads for r in self.native_runs))
         returned = set()
         for s in steps:
-            if s[0] == RETURNS:
+            if s[0] in (RETURNS, FRESH):
                 s.append(tuple(i in read_natively for i in s[3]))
                 returned.update(s[3])
         self.steps = [tuple(s) + (None,) * (5 - len(s)) for s in steps]
+        self.drops = _drops(self.steps, {index[v] for v in fresh} - set(self.answer) - set(range(len(graph.inputs))))
         self.alloc = [(i,) + spec(v) for v, i in index.items() if i >= len(graph.inputs) and i not in returned]
         self.table = (ctypes.c_void_p * max(self.size, 1))()
         self.table_address = ctypes.addressof(self.table)
@@ -116,6 +119,10 @@ class CallPlan:
         kern, ins, dyn_in, outs, dyn_out = entry
         patch_in = [(i, index[v]) for i, v in dyn_in]
         run_numpy = getattr(kern, "run_numpy", None)
+        run_fresh = getattr(kern, "run_fresh", None)
+        if run_fresh is not None and len(dyn_out) == len(outs):
+            # Every output is adopted: the kernel's new tensors become the values for this call.
+            return [FRESH, run_fresh, (ins, patch_in), tuple(index[v] for v in kern.outputs)]
         if run_numpy is not None and len(dyn_out) == len(outs):
             # Every output is the call's own: the kernel returns fresh arrays (no allocation, no copy).
             np_ins = [None if t is None else t.numpy() for t in ins]
@@ -178,9 +185,11 @@ class CallPlan:
                 else:
                     o = env[i] = torch.empty(shape, dtype=tt)
                     table[i] = o.data_ptr()
-            for kind, fn, a, b, c in self.steps:
+            for (kind, fn, a, b, c), drop in zip(self.steps, self.drops):
                 if kind == NATIVE:
                     fn(self.table_address)
+                elif kind == FRESH:
+                    self._adopt(fn, a, b, c, env, numpy)
                 elif kind == PYTHON:
                     ins, patch = a
                     if patch:
@@ -195,7 +204,21 @@ class CallPlan:
                     fn(ins, outs)
                 else:
                     self._returns(fn, a, b, c, env, numpy)
+                for i in drop:  # an adopted buffer no later step reads goes back to the allocator
+                    env[i] = None
             return [env[i] for i in self.answer]
+
+    def _adopt(self, fn, a: tuple, outs_at: tuple, read_natively: tuple, env: list, numpy: bool) -> None:
+        ins, patch = a
+        if patch:
+            ins = list(ins)
+            for pos, i in patch:
+                ins[pos] = as_tensor(env[i])
+        answer = self.answer
+        for i, r, p in zip(outs_at, fn(ins), read_natively):
+            env[i] = r.numpy() if numpy and i in answer else r
+            if p:
+                self.table[i] = r.data_ptr()
 
     def _returns(self, fn, a: tuple, outs_at: tuple, read_natively: tuple, env: list, numpy: bool) -> None:
         ins, patch, wants = a
@@ -209,6 +232,20 @@ class CallPlan:
             env[i] = r if numpy else torch.from_numpy(r)
             if p:
                 self.table[i] = pointer(env[i])
+
+
+def _drops(steps: list, adopted: set[int]) -> list[tuple[int, ...]]:
+    """Per step, the adopted values (pointer-table indices) it is the last to read or write."""
+    last: dict[int, int] = {}
+    for k, (kind, fn, a, b, _) in enumerate(steps):
+        used = set(fn.reads) if kind == NATIVE else {i for _, i in a[1]} | set(
+            b if kind in (RETURNS, FRESH) else (i for _, i in b[1]))
+        for i in used & adopted:
+            last[i] = k
+    drops: list[list[int]] = [[] for _ in steps]
+    for i, k in last.items():
+        drops[k].append(i)
+    return [tuple(d) for d in drops]
 
 
 def _by_name(fn, patch: list) -> tuple | None:

@@ -52,6 +52,8 @@ class ProviderKernel:
         self.outputs = tuple(built.outputs)
         if built.run_into is not None:
             self._run = built.run_into
+        # Returns new tensors the executor adopts as the values' buffers (no copy into the arena).
+        self.run_fresh = built.run if getattr(built, "fresh", False) else None
         # Returns fresh NumPy outputs (used when every output is a graph output: nothing to copy).
         self.run_numpy = getattr(built, "run_numpy", None)
 
@@ -90,6 +92,8 @@ class Signature:
 class Executable:
     """Runs kernels in order. ``types`` gives (shape, dtype) of every value a kernel touches."""
 
+    adopts_fresh = True  # a call takes over buffers kernels return (calls.py); not the CUDA executor
+
     def __init__(self, sig: Signature, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo],
                  types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any]) -> None:
         self.sig = sig
@@ -100,7 +104,8 @@ class Executable:
         external = set(self.constants) | set(sig.graph.inputs)
         steps = [Step(tuple(k.inputs), tuple(k.outputs)) for k in self.kernels]
         numel = {v: (math.prod(s), d) for v, (s, d) in types.items()}
-        self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs))
+        self.fresh = fresh_values(self.kernels) - external if self.adopts_fresh else set()
+        self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs) | self.fresh)
         self._views: list[dict[int, torch.Tensor]] | None = None
         self._prog: list | None = None
         self._call_plans: dict[bool, CallPlan] = {}
@@ -134,7 +139,8 @@ class Executable:
         """The prepared call for the current ``native`` setting (built at its first use)."""
         plan = self._call_plans.get(self.native)
         if plan is None:
-            plan = self._call_plans[self.native] = CallPlan(self.sig.graph, self._program(), self.types, self.native)
+            plan = self._call_plans[self.native] = CallPlan(self.sig.graph, self._program(), self.types, self.native,
+                                                            self.fresh)
         return plan
 
     def _native_program(self) -> list:
@@ -216,6 +222,16 @@ class Executable:
 
     def _device_mode(self):
         return contextlib.nullcontext()
+
+
+def fresh_values(kernels: Sequence[RuntimeKernel]) -> set[int]:
+    """Values every writer of which returns new buffers (``run_fresh``): they get no arena slot;
+    each call adopts what their kernel returns."""
+    writers: dict[int, list[bool]] = {}
+    for k in kernels:
+        for v in k.outputs:
+            writers.setdefault(v, []).append(getattr(k, "run_fresh", None) is not None)
+    return {v for v, w in writers.items() if all(w)}
 
 
 def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo],

@@ -142,3 +142,48 @@ def test_calls_from_threads_do_not_mix(chain_model):
     for k, g in enumerate(got):
         for a, b in zip(g, want[k % 16]):
             assert np.array_equal(a, b)
+
+
+class _LinearNet(torch.nn.Module):
+    """oneDNN kernels (conv + hardswish, conv + residual + relu, matmul + bias + sigmoid) around
+    generated C reductions, with an intermediate that is also a graph output."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 8, 1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.c1(x))
+        y = torch.relu(self.c2(y) + y)
+        return torch.sigmoid(self.fc(y.mean(dim=(2, 3)))), y.sum(dim=1)
+
+
+def test_buffers_returned_by_linear_kernels_are_adopted_not_copied(tmp_path):
+    """oneDNN kernels' results become the values' buffers for the call (no arena slot, no copy):
+    native and Python loop agree bit for bit, results match PyTorch, survive the next call, and
+    each adopted buffer is released after its last reader."""
+    torch.manual_seed(0)
+    net, x = _LinearNet().eval(), torch.randn(2, 3, 10, 10)
+    model = kernorch.compile(net, (x,), cost="model", providers=("torch_onednn",), regions=False, progress=False,
+                             db=tmp_path / "db.sqlite")
+    ex = model.executable
+    assert {i.provider for i in ex.infos} >= {"torch_onednn", "c"}
+    written = {v for k in ex.kernels if k.provider == "torch_onednn" for v in k.outputs}
+    assert ex.fresh == written - set(ex.sig.graph.inputs)
+    assert not any(v in slots for slots in ex.memory.slot_of for v in ex.fresh)
+    for args in [(x.numpy(),), (x,)]:
+        loop, native = _both(model, *args)
+        for a, b in zip(loop, native):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
+        for a, b in zip(native, net(x)):
+            np.testing.assert_allclose(np.asarray(a), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+        again = model(*args)
+        for a, b in zip(again, native):
+            assert np.array_equal(np.asarray(a), np.asarray(b)) and a is not b
+    plan = ex._calls()
+    adopted = {plan_index for plan_index in range(plan.size) if plan_index not in plan.answer
+               and plan_index >= len(ex.sig.graph.inputs)}
+    dropped = [i for d in plan.drops for i in d]
+    assert sorted(dropped) == sorted(adopted) and adopted
