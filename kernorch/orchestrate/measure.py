@@ -38,6 +38,11 @@ CODEGEN_VERSION = "c3"
 # Added to every measured candidate (not stored), so the solver stops splitting work into kernels
 # whose isolated times look free.
 KERNEL_OVERHEAD_S = 25e-6
+# A single kernel of a runtime with a thread pool of its own (onnxruntime, OpenVINO) between
+# kernels of kernorch's pool also pays for the switch there and back, which its isolated timing
+# never sees: ~25 us on 2 cores (``python -m bench.pool_switch``). Regions pay it once per region,
+# which their end-to-end timing includes.
+POOL_SWITCH_S = 25e-6
 # Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many
 # times, each round after a pause that lets a transient load (a compiler, a cron job) pass.
 REMEASURE_ROUNDS = 2
@@ -378,6 +383,12 @@ class MeasuredCost(PricedCandidates):
             self.db.put(key, self.target, CODEGEN_VERSION, r)
         self._remember(key, recs)
 
+    def _switch_s(self, key: str, provider: str) -> float:
+        """The pool switch a single kernel of a foreign-pool provider costs in the model."""
+        if key.startswith(REGION_PREFIX) or provider.startswith("codegen"):
+            return 0.0
+        return 0.0 if any(p.own_pool for p in self.providers if p.name == provider) else POOL_SWITCH_S
+
     def _remember(self, key: str, recs: dict[str, Record]) -> None:
         """Keep the cheapest correct record among the providers in use (the database may hold
         figures of providers this run leaves out)."""
@@ -389,6 +400,6 @@ class MeasuredCost(PricedCandidates):
         if good:
             best = min(good, key=lambda r: r.seconds)
             self.best[key] = best
-            self._memo[key] = best.seconds + self.kernel_overhead_s
+            self._memo[key] = best.seconds + self.kernel_overhead_s + self._switch_s(key, best.provider)
         else:
             self._memo[key] = None
