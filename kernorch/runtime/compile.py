@@ -4,20 +4,20 @@ costs) -> built kernels -> a CompiledModel."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import os
 import statistics
 import time
 from typing import Any, Mapping, Sequence
 
-from kernorch import codegen
 from kernorch.errors import KernorchError
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
+from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
 from kernorch.options import DEFAULT_PROVIDERS, TUNING_BUDGET, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
@@ -26,9 +26,9 @@ from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
-from kernorch.providers import Provider
-from kernorch.providers.select import reason_or_none
+from kernorch.providers import BuiltKernel, Provider
 from kernorch import targets
+from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
 from kernorch.runtime import native
 from kernorch.runtime.model import CompiledModel
@@ -37,6 +37,8 @@ from kernorch.runtime.whole import original_regions, region_plan, source_model
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
+# Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
+EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
 
 
@@ -78,25 +80,18 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     t0 = time.perf_counter()
     g, plan, whole, measured, ext, rep = _orchestrate(model, example_inputs, opts, tgt)
     t3 = time.perf_counter()
-    priced = measured if opts.cost == "measured" else None
-    if tgt.name == "cuda":
-        from kernorch.runtime.cuda_compile import build_plan_cuda
-
-        compiled, fallbacks = build_plan_cuda(g, plan, tgt.device, tgt.options, priced, opts.env)
-        rep.failed += len(fallbacks)
-        rep.failures = (rep.failures + fallbacks)[:20]
-        return _finish(compiled, plan, rep, g, t0, t3)
-    threads = tgt.threads
     native.available(opts.env)  # the native driver, built with this Env (process-wide: native.py)
-    compiled = build_plan(g, plan, threads, priced, ext, opts.env)
-    original = None
-    if opts.cost == "measured" and opts.strategy == "optimal" and opts.regions and \
-            (opts.knobs is None or opts.knobs.regions) and ext:
-        original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
-    if opts.cost == "measured":  # the plan's measured latency, next to its price and any whole-model region
+    kernels, fallbacks = tgt.build(g, plan, measured if opts.cost == "measured" else None, ext)
+    rep.failed += len(fallbacks)
+    rep.failures = (rep.failures + fallbacks)[:20]
+    compiled = _executable(tgt, g, plan, kernels)
+    if opts.cost == "measured" and tgt.races_regions:  # the plan's measured latency, next to its price
+        original = None
+        if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
+            original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
         rep.priced_s = sum(plan.costs) if all(c is not None for c in plan.costs) else None
         with _progress_bar(opts.progress, "timing the plan end to end"):
-            plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, threads, measured, ext, rep, original,
+            plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
                                                 env=opts.env)
     return _finish(compiled, plan, rep, g, t0, t3)
 
@@ -164,7 +159,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
-    if strategy == "optimal" and knobs.layouts and target.name == "cpu":
+    if strategy == "optimal" and knobs.layouts:  # a target without layout pairs turns them off (Target.knobs)
         g, rep.rewrites["channels_last_pairs"] = channels_last_pairs(g)
     rep.prims = len(g.prims)
     rep.seconds["rewrite"] = time.perf_counter() - t1
@@ -360,34 +355,17 @@ def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, 
 
 def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,
                providers: Sequence[Provider] | None = None, env: Env | None = None) -> Executable:
-    """Build every kernel of the plan with the provider that won its measurement (kernorch's own
-    code generator in one compiler call, the others one by one) and wrap them in an Executable."""
-    pos = {p.output: i for i, p in enumerate(g.prims)}
-    providers = {p.name: p for p in (providers if providers is not None else external_providers(threads))}
-    chosen: list[str] = []
-    regions = set(plan.regions)
-    for k, c in enumerate(plan.kernels):
-        outs = ordered_outputs(pos, c)
-        key = None if measured is None else measured.region_key(c) if k in regions else measured.key(c)
-        best = measured.best.get(key) if measured is not None else None
-        if k in regions and (best is None or best.provider not in providers):
-            raise KernorchError(f"provider region {k} has no measured provider among {sorted(providers)}")
-        if best is not None and not best.provider.startswith("codegen") and best.provider in providers:
-            chosen.append(best.provider)
-        elif codegen.can_generate(g, c.nodes, outs):
-            chosen.append("codegen")
-        else:
-            able = [p for p in providers.values() if reason_or_none(p.can_run(g, c.nodes, outs)) is None]
-            chosen.append(next((p for p in able if p.own_pool), able[0]).name)
-    own = [k for k, name in enumerate(chosen) if name == "codegen"]
-    built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
-                               threads, env=env)
-    kernels: list = [None] * len(plan.kernels)
-    for k, kern in zip(own, built):
-        kernels[k] = kern
-    for k, name in enumerate(chosen):
-        if name != "codegen":
-            c = plan.kernels[k]
-            kernels[k] = ProviderKernel(providers[name].build(g, set(c.nodes), ordered_outputs(pos, c)))
-    return plan_executable(g, plan, kernels)
+    """The plan's kernels built for target "cpu" (targets/cpu.py) in an Executable."""
+    return plan_executable(g, plan, _adapted(build_kernels(g, plan, threads, measured, providers, env)))
 
+
+def _adapted(kernels: list) -> list:
+    """Providers' BuiltKernels as runtime kernels (outputs written into planned buffers)."""
+    return [ProviderKernel(k) if isinstance(k, BuiltKernel) else k for k in kernels]
+
+
+def _executable(tgt: targets.Target, g: Graph, plan: Plan, kernels: list) -> Executable:
+    """The target's executable over its built kernels (EXECUTABLES: the runtime side of a target)."""
+    module, name = EXECUTABLES[tgt.name]
+    cls = getattr(importlib.import_module(module), name) if module else None
+    return plan_executable(g, plan, _adapted(kernels), cls, **tgt.device_args())

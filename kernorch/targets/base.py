@@ -2,8 +2,10 @@
 
 runtime/compile.py imports, rewrites and orchestrates once for every target; a Target supplies
 what differs: the options it honours (anything else is rejected with a one-line error before
-work starts), knob adjustments, the cores the busy-machine check wants free, the roofline that prices candidates
-before measurement, and the measurer (feasibility, building, verifying and timing candidates).
+work starts), knob adjustments, the cores the busy-machine check wants free, the roofline that
+prices candidates before measurement, the measurer (feasibility, building, verifying and timing
+candidates) and the build step (a plan's kernels, built with the providers that won). The
+runtime wraps the built kernels in the target's executable (runtime/compile.py, EXECUTABLES).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Target(ABC):
     name: str = ""
     where: str = ""
     require_quiet: bool = False  # refuse to measure while host_cores() are busy
+    races_regions: bool = False  # compile() times the plan against whole-graph provider regions
 
     def knobs(self, knobs: Knobs) -> Knobs:
         """The orchestration knobs as this target runs them."""
@@ -44,6 +47,17 @@ class Target(ABC):
         """A context yielding the measured cost of ``g``'s candidates: ``cost(candidate) ->
         seconds | None`` with ``can_generate``, ``prefetch``, ``key``, ``best``, ``stats`` and
         ``providers`` (external providers, possibly none); ``rough`` is the bound roofline."""
+
+    @abstractmethod
+    def build(self, g: Graph, plan, measured, providers) -> tuple[list, list[str]]:
+        """Every kernel of ``plan``, in order, built with the provider that won its measurement
+        (``measured`` None: roofline costs), and the fallbacks taken (one line each, reported).
+        ``providers``: the measurer's external providers. A provider's kernel comes back as its
+        BuiltKernel; the runtime adapts it."""
+
+    def device_args(self) -> dict[str, Any]:
+        """What the target's executable takes besides the kernels (its device, its options)."""
+        return {}
 
 
 def reject(target: str, option: str, why: str) -> KernorchError:

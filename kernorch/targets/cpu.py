@@ -5,11 +5,18 @@ onnxruntime, OpenVINO) on this machine's cores, measured by orchestrate.measure.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Sequence
 
+from kernorch import codegen
+from kernorch.errors import KernorchError
+from kernorch.ir.graph import Graph
+from kernorch.options import Env, Options
 from kernorch.orchestrate.cluster import cluster_from
 from kernorch.orchestrate.cost import RooflineCost, calibrate
-from kernorch.orchestrate.measure import MeasuredCost, external_providers
-from kernorch.options import Options
+from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
+from kernorch.orchestrate.plan import Plan
+from kernorch.providers import Provider
+from kernorch.providers.select import reason_or_none
 from kernorch.targets.base import Target, reject
 
 _ROOFLINE: RooflineCost | None = None  # process-wide by design: this machine's constants
@@ -29,6 +36,7 @@ class CpuTarget(Target):
     a Ray cluster; ``require_quiet``: refuse to measure on a busy machine."""
 
     name = "cpu"
+    races_regions = True
 
     def __init__(self, options: Options | None = None) -> None:
         self.options = options = options or Options()
@@ -50,3 +58,40 @@ class CpuTarget(Target):
         with cluster_from(self.cluster, self.env) as workers:
             yield MeasuredCost(g, db, threads=self.threads, providers=ext, roofline=rough,
                                require_quiet=self.require_quiet, cluster=workers, env=self.env)
+
+    def build(self, g, plan, measured, providers):
+        return build_kernels(g, plan, self.threads, measured, providers, self.env), []
+
+
+def build_kernels(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,
+                  providers: Sequence[Provider] | None = None, env: Env | None = None) -> list:
+    """Every kernel of the plan built with the provider that won its measurement: kernorch's own
+    code generator in one compiler call (C kernels), the others one by one (their BuiltKernels)."""
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    providers = {p.name: p for p in (providers if providers is not None else external_providers(threads))}
+    chosen: list[str] = []
+    regions = set(plan.regions)
+    for k, c in enumerate(plan.kernels):
+        outs = ordered_outputs(pos, c)
+        key = None if measured is None else measured.region_key(c) if k in regions else measured.key(c)
+        best = measured.best.get(key) if measured is not None else None
+        if k in regions and (best is None or best.provider not in providers):
+            raise KernorchError(f"provider region {k} has no measured provider among {sorted(providers)}")
+        if best is not None and not best.provider.startswith("codegen") and best.provider in providers:
+            chosen.append(best.provider)
+        elif codegen.can_generate(g, c.nodes, outs):
+            chosen.append("codegen")
+        else:
+            able = [p for p in providers.values() if reason_or_none(p.can_run(g, c.nodes, outs)) is None]
+            chosen.append(next((p for p in able if p.own_pool), able[0]).name)
+    own = [k for k, name in enumerate(chosen) if name == "codegen"]
+    built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
+                               threads, env=env)
+    kernels: list = [None] * len(plan.kernels)
+    for k, kern in zip(own, built):
+        kernels[k] = kern
+    for k, name in enumerate(chosen):
+        if name != "codegen":
+            c = plan.kernels[k]
+            kernels[k] = providers[name].build(g, set(c.nodes), ordered_outputs(pos, c))
+    return kernels

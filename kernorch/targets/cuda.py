@@ -1,20 +1,25 @@
 """Target "cuda": Triton programs for memory-bound kernels and torch calls (cuBLAS/cuDNN) for
 linear prims on one device, measured by targets.cuda_measure (CUDA-graph timing on a GPU; under
-TRITON_INTERPRET=1 the same path on CPU tensors, timed meaninglessly but exercised)."""
+TRITON_INTERPRET=1 the same path on CPU tensors, timed meaninglessly but exercised), built by
+``build_kernels`` for the CUDA executable (runtime/cuda_exec.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import warnings
 from contextlib import contextmanager
 import torch
 
-from kernorch.codegen.triton_kernel import cuda_device
+from kernorch.codegen.triton_kernel import HostKernel, TritonKernel, build_cuda, cuda_device, precompile
+from kernorch.ir.graph import Graph
 from kernorch.orchestrate.cost import RooflineCost
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.options import DEFAULT_PROVIDERS, Options
+from kernorch.orchestrate.measure import ordered_outputs
+from kernorch.orchestrate.plan import Plan
+from kernorch.options import DEFAULT_PROVIDERS, Env, Options
 from kernorch.targets.base import Target, reject
-from kernorch.targets.cuda_measure import CudaMeasuredCost, CudaOptions, time_on_device
+from kernorch.targets.cuda_measure import CudaMeasuredCost, CudaOptions, config_of, time_on_device, verify_on_device
 
 _ROOFLINE: dict[str, RooflineCost] = {}  # process-wide by design: each device's constants
 
@@ -76,3 +81,42 @@ class CudaTarget(Target):
     @contextmanager
     def measurer(self, g, db, rough):
         yield CudaMeasuredCost(g, db, self.device, self.options, env=self.env)
+
+    def build(self, g, plan, measured, providers):
+        return build_kernels(g, plan, self.device, measured, self.env)
+
+    def device_args(self):
+        return {"device": self.device, "options": self.options}
+
+
+def build_kernels(g: Graph, plan: Plan, device: torch.device, measured: CudaMeasuredCost | None = None,
+                  env: Env | None = None) -> tuple[list, list[str]]:
+    """Every kernel of the plan built for the device, Triton kernels with their best tile size.
+    Kernels that were not measured (roofline costs) are checked against the interpreter on the
+    GPU once built; one that fails to compile or verify runs on the host instead (reported).
+    Returns the kernels and the fallbacks."""
+    env = env or Env.read()
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    kernels, fallbacks = [], []
+    for cand in plan.kernels:
+        outs = ordered_outputs(pos, cand)
+        best = measured.best.get(measured.key(cand)) if measured is not None else None
+        if best is not None and best.provider == "host":
+            kernels.append(HostKernel(g, cand.nodes, outs, device))
+            continue
+        try:
+            kernels.append(build_cuda(g, cand.nodes, outs, device, config_of(best.provider) if best else None, env))
+        except Exception as e:  # noqa: BLE001 - a lowering bug must not sink the model
+            fallbacks.append(f"{g.kernel_key(cand.nodes, outs)[:12]} build: {type(e).__name__}: {e}"[:300])
+            kernels.append(HostKernel(g, cand.nodes, outs, device))
+    precompile(kernels, env.compile_workers)  # in parallel, before the first run compiles them one by one
+    if measured is None and device.type == "cuda":
+        for k, (cand, kern) in enumerate(zip(plan.kernels, kernels)):
+            if isinstance(kern, TritonKernel):
+                reason = verify_on_device(g, kern, cand.nodes, device)
+                if reason is not None:
+                    fallbacks.append(f"{kern.key[:12]} {reason}")
+                    kernels[k] = HostKernel(g, cand.nodes, ordered_outputs(pos, cand), device)
+    if fallbacks:
+        warnings.warn(f"kernorch: {len(fallbacks)} Triton kernel(s) run on the host instead: {fallbacks[0]}")
+    return kernels, fallbacks

@@ -117,17 +117,17 @@ def test_compile_workers_answer_every_job():
 
 def test_a_kernel_that_cannot_be_built_runs_on_the_host(tmp_path, monkeypatch):
     # a Triton kernel failing on some GPU must not sink the model: its prims run on the host, reported
-    from kernorch.runtime import cuda_compile
+    from kernorch.targets import cuda as cuda_target
 
-    real, calls = cuda_compile.build_cuda, []
+    real, calls = cuda_target.build_cuda, []
 
-    def flaky(g, members, outputs, device, config=None):
+    def flaky(g, members, outputs, device, config=None, env=None):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("simulated Triton compile error")
-        return real(g, members, outputs, device, config)
+        return real(g, members, outputs, device, config, env)
 
-    monkeypatch.setattr(cuda_compile, "build_cuda", flaky)
+    monkeypatch.setattr(cuda_target, "build_cuda", flaky)
     with pytest.warns(UserWarning, match="run on the host"):
         model = kernorch.compile(EXAMPLE, target="cuda", cost="model", db=tmp_path / "db.sqlite", progress=False)
     assert [k.provider for k in model.kernels].count("host") == 1
