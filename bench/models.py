@@ -23,6 +23,10 @@ Architectures (own definitions, timm is deliberately not used):
   non-fused path, which is numerically the same).
 * ``gpt2_block``: 2 GPT-2 decoder blocks (768 wide, 12 heads) + final LayerNorm on hidden states.
 * ``cspdarknet53_mish``: timm ``cspdarknet53`` with ``act_layer=mish``.
+* ``resnet50``: torchvision ``resnet50`` (Bottleneck blocks 3,4,6,3, stride on the 3x3 conv).
+* ``mobilenetv3_large``: torchvision ``mobilenet_v3_large`` (inverted residuals, depthwise convs,
+  squeeze-excitation with hardsigmoid, hardswish).
+* ``gpt2``, ``bert_base``: ``transformers`` configs with random weights (``bench/language_models.py``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ DEFAULT_SIZES = {
     "vit_tiny": 224,
     "gpt2_block": 128,
     "cspdarknet53_mish": 416,
+    "resnet50": 224,
+    "mobilenetv3_large": 224,
     "gpt2": 128,       # tokens
     "bert_base": 128,  # tokens
 }
@@ -55,6 +61,8 @@ SMALL_SIZES = {
     "vit_tiny": 64,
     "gpt2_block": 32,
     "cspdarknet53_mish": 128,
+    "resnet50": 128,  # at 64 the BN stats of layer4 come from 2x2 maps: float32 drifts 3e-3 from float64
+    "mobilenetv3_large": 64,
     "gpt2": 16,
     "bert_base": 16,
 }
@@ -596,6 +604,31 @@ def build_cspdarknet53_mish(size: Size = None, depth: Optional[int] = None, seed
 
 
 # ----------------------------------------------------------------------------------------------------------
+# resnet50, mobilenetv3_large: torchvision architectures, own definitions (bench/convnets.py)
+# ----------------------------------------------------------------------------------------------------------
+def build_resnet50(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    from bench.convnets import ResNet50
+
+    s = resolve_size("resnet50", size)
+    _resolve_depth("resnet50", depth)
+    if s % 32:
+        raise ValueError("resnet50: size must be a multiple of 32")
+    torch.manual_seed(seed)
+    return _finish(ResNet50(), (_image(s, seed),), seed)
+
+
+def build_mobilenetv3_large(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    from bench.convnets import MobileNetV3Large
+
+    s = resolve_size("mobilenetv3_large", size)
+    _resolve_depth("mobilenetv3_large", depth)
+    if s % 32:
+        raise ValueError("mobilenetv3_large: size must be a multiple of 32")
+    torch.manual_seed(seed)
+    return _finish(MobileNetV3Large(), (_image(s, seed),), seed)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # gpt2, bert_base: transformers models from configs with random weights (bench/language_models.py)
 # ----------------------------------------------------------------------------------------------------------
 def build_gpt2(size: Size = None, depth: Optional[int] = None, seed: int = 0):
@@ -620,6 +653,8 @@ MODELS: dict[str, Callable[..., tuple[nn.Module, tuple]]] = {
     "vit_tiny": build_vit_tiny,
     "gpt2_block": build_gpt2_block,
     "cspdarknet53_mish": build_cspdarknet53_mish,
+    "resnet50": build_resnet50,
+    "mobilenetv3_large": build_mobilenetv3_large,
     "gpt2": build_gpt2,
     "bert_base": build_bert_base,
 }
