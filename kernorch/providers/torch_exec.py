@@ -52,17 +52,21 @@ class Program:
     fixed: list[tuple[int, torch.Tensor]] = field(default_factory=list, repr=False)
     example: list[torch.Tensor] = field(default_factory=list, repr=False)
 
+    # Per output: it is written by a computing prim of this kernel, not a view of an input or of
+    # another output, so it shares memory with nothing (set by the builder; None: check per call).
+    fresh_outputs: list[bool] | None = None
+
     def run(self, inputs: Sequence[torch.Tensor | None], finish: bool = True) -> list[torch.Tensor]:
-        env: list = [None] * self.n_slots
-        for s, x in zip(self.in_slots, inputs):
-            env[s] = x
-        for s, t in self.fixed:
-            env[s] = t
+        env, live = self._template()
+        for s, i in live:
+            env[s] = inputs[i]
         for step in self.steps:
             step(env)
         outs = [env[s] for s in self.out_slots]
         if not finish:
             return outs
+        if self.fresh_outputs is not None and all(self.fresh_outputs):
+            return [o.contiguous() for o in outs]
         seen = {x.untyped_storage().data_ptr() for x in inputs if x is not None}
         done = []
         for o in outs:  # no output shares memory with an input or another output
@@ -70,6 +74,18 @@ class Program:
             seen.add(o.untyped_storage().data_ptr())
             done.append(o)
         return done
+
+    def _template(self) -> tuple[list, list[tuple[int, int]]]:
+        """(a new slot list with the fixed tensors in place, (slot, input position) of the inputs
+        that are not fixed); both are worked out once."""
+        ready = self.__dict__.get("_ready")
+        if ready is None:
+            filled = [None] * self.n_slots
+            for s, t in self.fixed:
+                filled[s] = t
+            fixed = {s for s, _ in self.fixed}
+            ready = self.__dict__["_ready"] = filled, [(s, i) for i, s in enumerate(self.in_slots) if s not in fixed]
+        return ready[0].copy(), ready[1]
 
 
 def build_program(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], *, bake: bool = True,
@@ -126,8 +142,20 @@ class _Builder:
         if self.cl:
             fixed = [(s, t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and self._is_weight(s) else t)
                      for s, t in fixed]
-        return Program(list(sub.inputs), list(sub.outputs), baked, ", ".join(self.notes), steps, len(self.slot),
+        prog = Program(list(sub.inputs), list(sub.outputs), baked, ", ".join(self.notes), steps, len(self.slot),
                        in_slots, [self.s(v) for v in sub.outputs], fixed, example)
+        prog.fresh_outputs = self._fresh_outputs()
+        return prog
+
+    def _fresh_outputs(self) -> list[bool]:
+        """Per output: computed here, or a view of a value computed here that no other output
+        views (a view of an input may share its memory)."""
+        def root(v):
+            while v in self.prims and self.prims[v].op in (Op.VIEW, Op.BROADCAST):
+                v = self.prims[v].inputs[0]
+            return v
+        roots = [root(v) for v in self.sub.outputs]
+        return [r in self.prims and self.prims[r].op is not Op.CAST and roots.count(r) == 1 for r in roots]
 
     def _is_weight(self, slot: int) -> bool:
         return any(p.op is Op.CONV and self.s(p.inputs[1]) == slot for p in self.sub.prims)

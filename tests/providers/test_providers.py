@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernorch.ir.graph import Builder
-from kernorch.ir.prims import Op
+from kernorch.ir.prims import CastAttrs, Op
 from kernorch.providers import (BuiltKernel, OpenVinoProvider, OrtProvider, Provider, TorchProvider, best_provider,
                                 verify)
 from kernorch.providers.timing import MedianTimer
@@ -84,6 +84,28 @@ def test_outputs_never_share_memory():
     outs = built.run(ins)
     ptrs = [t.untyped_storage().data_ptr() for t in ins + outs]
     assert len(set(ptrs)) == len(ptrs)
+
+
+def test_outputs_known_fresh_skip_the_aliasing_check():
+    """A kernel whose every output is computed by it (or a view of a value it computed that no
+    other output views) returns its results without checking storage per call; views of inputs,
+    two views of one value and casts (``to`` may return its input) are checked."""
+    from kernorch.providers.torch_exec import build_program
+
+    b = Builder()
+    x = b.input((2, 3))
+    y = b.matmul(x, b.input((3, 3)))
+    r = b.reshape(y, (3, 2))
+    c = b.prim(Op.CAST, [x], CastAttrs("float32"))  # the builder's cast() would drop a no-op cast
+    k = b.reshape(x, (6,))
+    for members, outs, fresh in [({y}, [y], [True]), ({y, r}, [r], [True]), ({y, r}, [y, r], [False, False]),
+                                 ({k}, [k], [False]), ({c}, [c], [False])]:
+        prog = build_program(b.g, members, outs)
+        assert prog.fresh_outputs == fresh, outs
+        ins = [torch.randn(b.g.types[v].shape) for v in prog.inputs]
+        got = prog.run(ins)
+        ptrs = [t.untyped_storage().data_ptr() for t in ins + got]
+        assert len(set(ptrs)) == len(ptrs)
 
 
 # ---------------------------------------------------------------------------------------------
