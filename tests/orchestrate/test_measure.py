@@ -17,7 +17,6 @@ from kernorch.ir.prims import Op
 from kernorch.orchestrate import measure
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
-from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.measure import MeasuredCost, MeasureStats
 from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, UNSETTLED, Record, TuningDB
 from kernorch.providers import BuiltKernel, Provider
@@ -71,6 +70,7 @@ class FakeKernel:
         return self._eval(xs[0])
 
     def _run(self, ins, outs):
+        assert all(t.is_contiguous() for t in ins), "kernels read C-contiguous buffers"
         self.timed_with.append([t.numpy().copy() for t in ins])
 
 
@@ -79,9 +79,10 @@ class FakeCodegen:
 
     def __init__(self, can=lambda members: True, make=None):
         self.can, self.make = can, make or (lambda g, m, o: FakeKernel(g, m, o))
-        self.batches, self.envs = [], []
+        self.batches, self.envs, self.asked = [], [], []
 
     def can_generate(self, g, members, outputs):
+        self.asked.append((g, set(members), list(outputs)))
         return self.can(set(members))
 
     def build_many(self, items, threads, env=None):
@@ -120,14 +121,14 @@ def _cands(g, *node_sets):
 # ---------------------------------------------------------------------------------------------
 
 def test_stats_count_and_add():
-    s = MeasureStats()
+    s = MeasureStats(measured=1, seconds=0.25, remeasured=1, unsettled=2)
     s.count({"a": Record("a", 1.0, "ok", disturbed=3, load=0.5), "b": Record("b", None, "run_failed")})
     s.count({"a": Record("a", 1.0, "ok", disturbed=2, load=0.25)})
     assert (s.disturbed, s.max_load) == (5, 0.5)
     other = MeasureStats(measured=2, cached=7, failed=1, seconds=1.5, disturbed=4, remeasured=3, unsettled=1,
                          max_load=0.75)
     s.add(other)
-    assert (s.measured, s.seconds, s.disturbed, s.remeasured, s.unsettled, s.max_load) == (2, 1.5, 9, 3, 1, 0.75)
+    assert (s.measured, s.seconds, s.disturbed, s.remeasured, s.unsettled, s.max_load) == (3, 1.75, 9, 4, 3, 0.75)
     assert (s.cached, s.failed, s.failures) == (0, 0, [])  # the driver counts those itself
     s.add(MeasureStats(max_load=0.1))
     assert s.max_load == 0.75
@@ -214,16 +215,17 @@ def test_constructor_defaults(tmp_path, monkeypatch):
     g, n, e = _chain()
     seen = []
     monkeypatch.setattr(measure, "external_providers", lambda threads: seen.append(threads) or ["p"])
-    env = Env.read({"KERNORCH_NUM_THREADS": "3", "CC": "no-such-cc"})
+    env = Env.read({"KERNORCH_NUM_THREADS": "3", "CC": "my-cc"})
     monkeypatch.setattr(Env, "read", classmethod(lambda cls, environ=None: env))
+    monkeypatch.setattr(measure, "target_name", lambda t, threads, cc=None: f"{t}|{threads}|{cc}")
     m = MeasuredCost(g, TuningDB(tmp_path / "t.sqlite"))
     assert m.threads == 3 and seen == [3] and m.providers == ["p"] and m.env is env
-    assert m.target == target_name("cpu", 3, "no-such-cc")
+    assert m.target == "cpu|3|my-cc"
     assert (m.batch, m.kernel_overhead_s, m.roofline, m.require_quiet, m.cluster) == (32, 25e-6, None, False, None)
     t = m.timer
     assert (t.warmup, t.repeats, t.min_sample_s, t.min_warmup_s) == (2, 5, 1e-4, 0.005)
     m = MeasuredCost(g, TuningDB(tmp_path / "u.sqlite"), target="cuda", threads=2, providers=())
-    assert m.target.startswith("cuda-t2@") and m.providers == []
+    assert m.target == "cuda|2|my-cc" and m.providers == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,11 +236,14 @@ def test_a_generated_kernel_is_verified_timed_on_the_reference_data_and_stored(t
     g, n, e = _chain()
     (cand,) = _cands(g, [n, e])
     progress = []
-    m, fake = _measurer(tmp_path, monkeypatch, g, roofline=lambda c: 7e-5, progress=lambda *a: progress.append(a))
+    fake = FakeCodegen(make=lambda *it: FakeKernel(*it, provider="omp"))
+    m, fake = _measurer(tmp_path, monkeypatch, g, fake, roofline=lambda c: 3.5e-5 * len(c.nodes),
+                        progress=lambda *a: progress.append(a))
     assert m(cand) == pytest.approx(1e-4 + 25e-6)
-    assert fake.batches == [[[n, e]]] and m.timer.who == ["c"] and progress == [(1, 1)]
+    assert fake.batches == [[[n, e]]] and m.timer.who == ["omp"] and progress == [(1, 1)]
+    assert fake.envs == [(1, m.env)]
     (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
-    assert rec == measure.priced("codegen:c", SETTLED, 7e-5)
+    assert rec == measure.priced("codegen:omp", SETTLED, 7e-5)
     assert m.best[m.key(cand)] == rec
     assert (m.stats.measured, m.stats.cached, m.stats.failed, m.stats.disturbed, m.stats.max_load) == (1, 0, 0, 1, 0.5)
     assert m.stats.seconds > 0
@@ -290,6 +295,7 @@ def test_a_failed_batch_is_built_again_one_by_one(tmp_path, monkeypatch):
 
     class Picky(FakeCodegen):
         def build_many(self, items, threads, env=None):
+            self.envs.append((threads, env))
             self.batches.append([sorted(m) for _, m, _ in items])
             if any(m == {e} for _, m, _ in items):
                 raise RuntimeError("exp is broken" if len(items) == 1 else "the batch failed")
@@ -298,6 +304,7 @@ def test_a_failed_batch_is_built_again_one_by_one(tmp_path, monkeypatch):
     m, fake = _measurer(tmp_path, monkeypatch, g, Picky())
     m.prefetch(cands)
     assert fake.batches == [[[n], [e], [n, e]], [[n]], [[e]], [[n, e]]]
+    assert fake.envs == [(1, m.env)] * 4
     assert m(cands[0]) is not None and m(cands[2]) is not None and m(cands[1]) is None
     (rec,) = m.db.get(m.key(cands[1]), m.target, "c3").values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "build_failed", "exp is broken")
