@@ -17,7 +17,7 @@ ROOT=$(pwd)
 # module (under kernorch/) -> the tests that guard it (folders, files or test ids)
 SAFETY=tests/orchestrate/test_safety_nets.py
 declare -A TESTS=(
-  [orchestrate/measure.py]="tests/orchestrate/test_measure.py tests/orchestrate/test_trust.py"
+  [orchestrate/measure.py]="tests/orchestrate/test_measure.py tests/orchestrate/test_measure_edges.py tests/orchestrate/test_trust.py"
   [providers/base.py]="tests/providers/test_base.py tests/providers/test_select.py"
   [providers/select.py]="tests/providers/test_select.py tests/providers/test_providers.py"
   [ir/oracle.py]="tests/ir $SAFETY"
