@@ -117,8 +117,7 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     b.notes.append("oneDNN conv, prepacked weight")
     fused = torch.ops.mkldnn._convolution_pointwise
 
-    def bias(e):
-        return e[bias_slot].reshape(n_out) if bias_slot is not None else None
+    bias = _bias_reader(bias_slot, n_out, fixed)
 
     def inp(e):
         return F.pad(e[xs], pre_pad) if pre_pad else e[xs]
@@ -157,8 +156,7 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
     b.notes.append("oneDNN linear, prepacked weight")
     linear = torch.ops.mkldnn._linear_pointwise
 
-    def bias(e):
-        return e[bias_slot].reshape(n) if bias_slot is not None else None
+    bias = _bias_reader(bias_slot, n, fixed)
 
     if other_slot is None:
         def run(e):
@@ -168,6 +166,16 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
             other = e[other_slot].reshape(-1, n)
             e[o] = linear.binary(e[a_s].reshape(-1, kdim), other, packed, bias(e), binary).reshape(out_shape)
     return run, out_v
+
+
+def _bias_reader(slot: int | None, n: int, fixed: dict[int, torch.Tensor]) -> Callable[[list], torch.Tensor | None]:
+    """The bias vector of a step: a constant one shaped once at build time, else per run."""
+    if slot is None:
+        return lambda e: None
+    if slot in fixed:
+        vector = fixed[slot].reshape(n).contiguous()
+        return lambda e: vector
+    return lambda e: e[slot].reshape(n)
 
 
 def _format_of(t: torch.Tensor) -> torch.memory_format:
