@@ -23,7 +23,6 @@ from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.providers import base as pbase
 from kernorch.providers.base import BuiltKernel, Provider
 from kernorch.providers import TorchProvider
-from kernorch.runtime import compile as rcompile
 from kernorch.targets import cpu as cpu_target
 
 REL = 1e-3  # the perturbation: 10x the verification tolerance, 100x below what a 1000x-loosened one passes
@@ -161,8 +160,7 @@ def test_wrong_provider_kernel_is_recorded_and_never_chosen(monkeypatch, tmp_pat
     model_proto, w = _matmul_model()
     monkeypatch.setattr(measure, "MedianTimer", _FakeTimer)
     fake = lambda threads, names=None: [_Perturbed(how), TorchProvider("eager", threads=1)]  # noqa: E731
-    monkeypatch.setattr(rcompile, "external_providers", fake)
-    monkeypatch.setattr(cpu_target, "external_providers", fake)  # the CPU target's measurer
+    monkeypatch.setattr(cpu_target, "external_providers", fake)  # the CPU target's measurer and build step
     db = tmp_path / "db.sqlite"
     model = kernorch.compile(model_proto, db=db, threads=1, regions=False, progress=False)
     rows = [r.record for r in TuningDB(db).rows()]
