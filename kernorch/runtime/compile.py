@@ -80,8 +80,9 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     t0 = time.perf_counter()
     g, plan, whole, measured, ext, rep = _orchestrate(model, example_inputs, opts, tgt)
     t3 = time.perf_counter()
-    native.available(opts.env)  # the native driver, built with this Env (process-wide: native.py)
     kernels, fallbacks = tgt.build(g, plan, measured if opts.cost == "measured" else None, ext)
+    if any(native.can_run_natively(k) for k in kernels):
+        native.available(opts.env)  # the native driver, built with this Env (process-wide: native.py)
     rep.failed += len(fallbacks)
     rep.failures = (rep.failures + fallbacks)[:20]
     compiled = _executable(tgt, g, plan, kernels)

@@ -140,7 +140,8 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
         raise r.fail(f"{what}: {saved.one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - whatever a tampered file triggers is one line
         raise r.fail(f"{what} is malformed or tampered ({type(e).__name__}: {saved.one_line(e)})") from None
-    native.available(env)  # the native driver, built now with this Env (process-wide: native.py)
+    if any(native.can_run_natively(k) for k in kernels):
+        native.available(env)  # the native driver, built now with this Env (process-wide: native.py)
     return CompiledModel(executable_for(g, kernels, infos), report, g)
 
 
