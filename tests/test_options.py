@@ -151,3 +151,21 @@ def test_options_are_frozen():
     with pytest.raises(AttributeError):
         opts.threads = 3  # type: ignore[misc]
     assert opts.replace(threads=3).threads == 3 and opts.replace(threads=3).env is opts.env
+
+
+@pytest.mark.parametrize("command", ["compile", "run"])
+def test_the_cli_says_a_bad_value_in_one_line(command, tmp_path):
+    """Every CLI command is an entry point: a bad variable is `kernorch: error: NAME=...`, exit 2."""
+    import subprocess
+    import sys
+
+    onnx.save(_model(), tmp_path / "m.onnx")
+    if command == "run":
+        kernorch.compile(_model(), **FAST).save(tmp_path / "out")
+    argv = ["compile", "m.onnx", "-o", "out", "--cost", "model"] if command == "compile" else ["run", "out"]
+    env = {**os.environ, "KERNORCH_NUM_THREADS": "lots", "KERNORCH_DB": str(tmp_path / "db.sqlite")}
+    r = subprocess.run([sys.executable, "-m", "kernorch", *argv], capture_output=True, text=True, cwd=tmp_path,
+                       env=env, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    want = "KERNORCH_NUM_THREADS='lots' is not an integer >= 1; unset it or fix the value"
+    assert r.stderr == f"kernorch: error: {want}\n"

@@ -12,9 +12,9 @@ Where glibc's libmvec exists, loops calling exp/erf/tanh/... use its SIMD varian
 Cache: ``env.cache_dir`` ($KERNORCH_CACHE_DIR or ``~/.cache/kernorch/build``), keyed also by
 the CPU (native code); compiler: ``env.cc`` ($CC), else cc, gcc. The caller passes the Env its
 entry point read (kernorch/options.py); only a call without one reads the environment itself.
-Loaded libraries are cached per process (``_LOADED``): the dynamic loader is process-wide. Kernels link libgomp.so.1; once torch is imported, the
-loader resolves that to torch's copy, so generated kernels and torch ops share one OpenMP thread
-pool (no oversubscription between them).
+Loaded libraries are cached per process (``_LOADED``): the dynamic loader is process-wide.
+Kernels link libgomp.so.1; once torch is imported, the loader resolves that to torch's copy, so
+generated kernels and torch ops share one OpenMP thread pool (no oversubscription between them).
 """
 
 from __future__ import annotations
