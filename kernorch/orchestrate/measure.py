@@ -147,12 +147,14 @@ class MeasuredCost(PricedCandidates):
     def __init__(self, g: Graph, db: TuningDB, target: str = "cpu", threads: int | None = None,
                  batch: int = 32, progress: Callable[[int, int], None] | None = None,
                  providers: Sequence[Provider] | None = None,
-                 kernel_overhead_s: float = KERNEL_OVERHEAD_S,
+                 kernel_overhead_s: float = KERNEL_OVERHEAD_S, native_overhead_s: float | None = None,
                  roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False,
                  cluster=None, env: Env | None = None) -> None:
         self.g = g
         self.db = db
         self.kernel_overhead_s = kernel_overhead_s
+        # generated C kernels' (they run natively); None: the same as every other kernel's
+        self._native_overhead_s = native_overhead_s
         self.env = env or Env.read()  # the settings the compile's entry point read (kernorch/options.py)
         self.threads = threads or self.env.threads
         self.target = target_name(target, self.threads, self.env.cc)
@@ -383,6 +385,16 @@ class MeasuredCost(PricedCandidates):
             self.db.put(key, self.target, CODEGEN_VERSION, r)
         self._remember(key, recs)
 
+    @property
+    def native_overhead_s(self) -> float:
+        return self.kernel_overhead_s if self._native_overhead_s is None else self._native_overhead_s
+
+    def _in_model_s(self, key: str, r: Record) -> float:
+        """What a kernel costs in the model: its timing, the dispatch around it (a generated C
+        kernel runs inside a native run; the others are called from Python) and a pool switch."""
+        overhead = self.native_overhead_s if r.provider == "codegen:c" else self.kernel_overhead_s
+        return r.seconds + overhead + self._switch_s(key, r.provider)
+
     def _switch_s(self, key: str, provider: str) -> float:
         """The pool switch a single kernel of a foreign-pool provider costs in the model."""
         if key.startswith(REGION_PREFIX) or provider.startswith("codegen"):
@@ -398,8 +410,8 @@ class MeasuredCost(PricedCandidates):
             own = {p.name for p in self.providers if p.own_pool}
             good = [r for r in good if r.provider.startswith("codegen") or r.provider in own] or good
         if good:
-            best = min(good, key=lambda r: r.seconds)
+            best = min(good, key=lambda r: self._in_model_s(key, r))
             self.best[key] = best
-            self._memo[key] = best.seconds + self.kernel_overhead_s + self._switch_s(key, best.provider)
+            self._memo[key] = self._in_model_s(key, best)
         else:
             self._memo[key] = None

@@ -597,3 +597,19 @@ def test_ordered_outputs_follow_the_graph():
     c = Candidate(frozenset({n, e}), frozenset({e, n}), frozenset())
     assert measure.ordered_outputs({n: 0, e: 1}, c) == [n, e]
     assert measure.ordered_outputs({n: 1, e: 0}, c) == [e, n]
+
+
+def test_generated_and_library_kernels_are_compared_with_their_own_dispatch_costs(tmp_path, monkeypatch):
+    """A generated C kernel runs inside a native run; a library kernel is called from Python: the
+    cheaper kernel in the model wins, not the cheaper isolated timing."""
+    g, n, e = _chain()
+    (cand,) = _cands(g, [n, e])
+    m, _ = _measurer(tmp_path, monkeypatch, g, providers=[TorchLike("torch", own_pool=True)])
+    m.kernel_overhead_s, m._native_overhead_s = 25e-6, 1e-6
+    k = m.key(cand)
+    m._remember(k, {"torch": Record("torch", 10e-6, "ok"), "codegen:c": Record("codegen:c", 30e-6, "ok")})
+    assert m.best[k].provider == "codegen:c" and m._memo[k] == pytest.approx(31e-6)
+    m._remember(k, {"torch": Record("torch", 5e-6, "ok"), "codegen:c": Record("codegen:c", 30e-6, "ok")})
+    assert m.best[k].provider == "torch" and m._memo[k] == pytest.approx(30e-6)
+    m._native_overhead_s = None  # the same dispatch cost for both
+    assert m.native_overhead_s == 25e-6
