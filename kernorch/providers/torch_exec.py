@@ -187,6 +187,9 @@ class _Builder:
                     t = f(t)
                 e[o] = t
             return view
+        if op is Op.CONCAT:
+            axis = p.attrs.axis
+            return _set(o, lambda e: torch.cat([e[i] for i in ins], dim=axis))
         if op is Op.CAST:
             return _set(o, lambda e: _cast(e[ins[0]], dtype))
         if op is Op.WHERE:

@@ -1,5 +1,6 @@
 """PyTorch as a kernel provider for linear kernels: one matmul / conv / conv-transpose plus an
-elementwise epilogue (and the views and broadcasts around it), run with PyTorch's oneDNN / MKL ops.
+elementwise epilogue (and the views, broadcasts and concatenations around it), run with PyTorch's
+oneDNN / MKL ops.
 
 What it does beyond running prim by prim: a zero spatial pad in front of a convolution becomes the
 convolution's own padding; ``matmul + per-column bias`` becomes one ``addmm``; a ``conv + per-channel
@@ -42,7 +43,7 @@ class TorchProvider(Provider):
         if len(linear) != 1:
             return f"needs exactly one linear prim, has {len(linear)}"
         for p in prims:
-            if p.kind not in (Kind.ELEMENTWISE, Kind.BROADCAST, Kind.LINEAR) and p.op is not Op.VIEW:
+            if p.kind not in (Kind.ELEMENTWISE, Kind.BROADCAST, Kind.LINEAR) and p.op not in (Op.VIEW, Op.CONCAT):
                 return f"{p.op.value} is not part of a linear + elementwise epilogue kernel"
         for v in set(g.boundary(members)[0]) | members:
             if g.types[v].dtype not in _DTYPES:

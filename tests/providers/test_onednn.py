@@ -176,3 +176,25 @@ def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
     loaded = kernorch.load(m.save(tmp_path / "saved"))
     assert [i.provider for i in loaded.executable.infos] == [i.provider for i in m.executable.infos]
     np.testing.assert_array_equal(loaded(x.numpy()), m(x.numpy()))
+
+
+@pytest.mark.parametrize("variant", ["eager", "onednn"])
+def test_conv_with_a_concatenation_runs_on_the_own_pool(variant):
+    """EfficientViT's multi-scale aggregation (a convolution concatenated with its input) and ViT's
+    class token (concatenated before the position add) are one PyTorch kernel, not a call into a
+    runtime with a pool of its own."""
+    b = Builder()
+    x = b.input((1, 6, 7, 7))
+    y = b.conv(x, _const(b, (6, 1, 5, 5)), None, ConvAttrs((1, 1), (2, 2, 2, 2), (1, 1), 6))
+    cat = b.concat([x, y], 1)
+    b.g.outputs = [b.binary(Op.ADD, cat, b.input((1, 12, 7, 7)))]
+    g = b.g
+    members, outputs = [p.output for p in g.prims], list(g.outputs)
+    prov = TorchProvider(variant, threads=2)
+    assert prov.can_run(g, members, outputs) is True
+    kern = prov.build(g, members, outputs)
+    feeds = {v: RNG.standard_normal(g.types[v].shape).astype(np.float32) for v in g.inputs}
+    want = interp.run(g, feeds)[outputs[0]]
+    got = kern.run([torch.from_numpy(feeds[v]) if v in feeds else torch.from_numpy(np.array(g.constants[v]))
+                    for v in kern.inputs])[0]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
