@@ -260,7 +260,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=None,
                    help="comma-separated: bench model names, light model names (with or without 'light_'), "
-                        "'bench' (the six), 'light' (the nine); default: both groups")
+                        "'bench' (the six issue models plus gpt2 and bert_base), 'light' (the nine), "
+                        f"extras named one by one ({', '.join(EXTRA_MODELS)}); default: bench and light")
     p.add_argument("--small", action="store_true", help="small input sizes for the bench models (quick runs)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions and shorter samples")
     p.add_argument("--threads", type=int, default=2, help="threads for every runtime (default 2)")
