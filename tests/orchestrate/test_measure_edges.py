@@ -288,8 +288,26 @@ def test_a_failure_lists_every_providers_record(tmp_path, monkeypatch):
     m, _ = _measurer(tmp_path, monkeypatch, g, fake, providers=[TorchLike("torch", own_pool=True, wrong=True)])
     assert m(cand) is None
     (line,) = m.stats.failures
-    assert line.startswith(m.key(cand)[:12] + " ") and "; " in line
-    assert "codegen:c verify_failed: output %" in line and "torch verify_failed: output %" in line
+    recs = m.db.get(m.key(cand), m.target, "c3")
+    parts = [f"{p} verify_failed: {recs[p].detail}" for p in ("codegen:c", "torch")]
+    assert recs["torch"].detail.startswith("output %") and line == f"{m.key(cand)[:12]} {parts[0]}; {parts[1]}"
+
+
+def test_a_failure_line_is_cut_to_400_characters(tmp_path, monkeypatch):
+    g, mm, r, s = _linear()
+    (cand,) = _cands(g, [mm, r])
+
+    class Broken(TorchLike):
+        def build(self, g, members, outputs):
+            raise RuntimeError("z" * 400)
+
+    fake = FakeCodegen(make=lambda *it: FakeKernel(*it, crash=OSError("x" * 400)))
+    m, _ = _measurer(tmp_path, monkeypatch, g, fake, providers=[Broken("torch", own_pool=True)])
+    assert m(cand) is None
+    (line,) = m.stats.failures
+    want = "; ".join([f"codegen:c run_failed: {('OSError: ' + 'x' * 400)[:300]}",
+                      f"torch build_failed: {('RuntimeError: ' + 'z' * 400)[:300]}"])[:400]
+    assert line == f"{m.key(cand)[:12]} {want}"
 
 
 def test_remeasure_statistics_add_up(tmp_path, monkeypatch):
