@@ -140,6 +140,29 @@ def test_run_checks_inputs_and_fills_preallocated_outputs():
         kernel.run([xv], out=[torch.empty(6, 10), torch.empty(5)])
 
 
+def test_a_prepared_call_runs_the_kernel_on_its_buffers_and_is_what_measurement_times():
+    from kernorch.orchestrate.measure import time_kernel
+
+    b = Builder()
+    x = b.input((6, 10))
+    g, members, outs = finish(b, b.unary(Op.RELU, x))
+    kernel = codegen.build_kernel(g, members, outs)
+    xv = torch.from_numpy(np.random.default_rng(1).standard_normal((6, 10)).astype(np.float32))
+    out = torch.full((6, 10), 7.0)
+    call = kernel.prepared([xv], [out])
+    call()
+    np.testing.assert_array_equal(out.numpy(), np.maximum(xv.numpy(), 0))
+    timed = []
+
+    def timer(fn, provider):
+        timed.append(fn)
+        fn()
+        return 1e-5
+    assert time_kernel(kernel, [xv.numpy()], timer).seconds == 1e-5
+    (fn,) = timed
+    assert fn.__qualname__ == call.__qualname__  # the prepared call, not ``_run``
+
+
 THREADED = {
     "softmax": lambda b: softmax(b, b.input((256, 300)), -1),
     "softmax_middle": lambda b: softmax(b, b.input((8, 64, 100)), 1),
