@@ -169,3 +169,26 @@ def test_the_cli_says_a_bad_value_in_one_line(command, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     want = "KERNORCH_NUM_THREADS='lots' is not an integer >= 1; unset it or fix the value"
     assert r.stderr == f"kernorch: error: {want}\n"
+
+
+def test_cuda_settings_reach_the_cuda_target(tmp_path, monkeypatch, x):
+    """KERNORCH_COMPILE_WORKERS reaches the Triton precompile step; TRITON_INTERPRET as read into
+    the Options (not the process's current value) decides the device."""
+    pytest.importorskip("triton")
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs Triton's interpreter and no GPU")
+    from kernorch.targets import cuda as cuda_target
+
+    seen = []
+    real = cuda_target.precompile
+    monkeypatch.setattr(cuda_target, "precompile", lambda kernels, workers=0: (seen.append(workers),
+                                                                                real(kernels, workers)))
+    opts = Options.from_env({**os.environ, "KERNORCH_COMPILE_WORKERS": "3"},
+                            **{**FAST, "target": "cuda", "db": tmp_path / "db.sqlite"})
+    _check(kernorch.compile(_model(), options=opts), x)
+    assert seen == [3]
+    no_interpreter = Options.from_env({**os.environ, "TRITON_INTERPRET": "0"}, target="cuda", cost="model")
+    with pytest.raises(KernorchError, match="^target 'cuda' needs a CUDA GPU"):
+        kernorch.compile(_model(), options=no_interpreter)
