@@ -5,7 +5,7 @@ tanh form, exported op by op), SiLU into ``sigmoid mul``; each exporter and each
 order and scale the pieces differently. Rather than one pattern per spelling, the chain that
 alone reads a linear prim's output is evaluated by the reference interpreter on probe values
 and compared with each activation oneDNN can apply as a post-op: the chain is that activation
-when they agree everywhere on the probe (from -1e4 to 1e4, dense around zero). The match is
+when they agree everywhere on the probe (dense from -12 to 12, then out to +-1e30). The match is
 exact up to float32 rounding, and the fused kernel is still verified against the interpreter
 before it is timed, like every kernel.
 """
@@ -21,7 +21,8 @@ from kernorch.ir.interp import eval_prim
 from kernorch.ir.prims import KIND, Kind, Op, Prim, ValueId
 
 MAX_CHAIN = 16  # prims; the tanh-form GELU is 9
-_PROBE = np.concatenate([np.linspace(-12.0, 12.0, 4801), [-1e4, -100.0, -1e-3, 1e-3, 100.0, 1e4]]).astype(np.float32)
+_PROBE = np.concatenate([np.linspace(-12.0, 12.0, 4801), [-1e4, -100.0, -1e-3, 1e-3, 100.0, 1e4],
+                         [-1e30, -1e10, -1e6, 1e6, 1e10, 1e30]]).astype(np.float32)
 _TOLERANCE = 2e-6  # relative to max(1, |reference|); GELU's tanh form differs from erf's by ~1e-3
 
 

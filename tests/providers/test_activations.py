@@ -116,4 +116,5 @@ def test_identify_by_values():
     assert name == "leaky_relu" and abs(slope - 0.2) < 1e-6
     assert identify((x * x).astype(np.float32)) is None  # no such activation
     assert identify(np.maximum(x, 0.001).astype(np.float32)) is None  # off by 1e-3 near zero
+    assert identify(np.clip(x, 0, 1e5).astype(np.float32)) is None  # a relu up to 1e5 only
     assert identify(np.full_like(x, np.nan, dtype=np.float32)) is None
