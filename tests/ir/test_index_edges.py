@@ -55,7 +55,7 @@ def test_arithmetic_with_ints_on_either_side():
 
 def test_only_integers_scale_an_expression():
     for k in (1.5, 2.0, "2", None):
-        with pytest.raises(TypeError, match="only scale by integers"):
+        with pytest.raises(TypeError, match="^index expressions only scale by integers$"):
             i0 * k
     assert isinstance((i0 * np.int32(3)).terms[0][1], int)
 
@@ -100,9 +100,9 @@ def test_division_by_one_and_by_non_positive_constants():
     e = i0 * 3 + 2
     assert ix.floordiv(e, 1, (5,)) == e and ix.mod(e, 1, (5,)) == ix.const(0)
     for d in (0, -2):
-        with pytest.raises(ValueError, match="floordiv by a non-positive"):
+        with pytest.raises(ValueError, match="^floordiv by a non-positive constant$"):
             ix.floordiv(e, d, (5,))
-        with pytest.raises(ValueError, match="mod by a non-positive"):
+        with pytest.raises(ValueError, match="^mod by a non-positive constant$"):
             ix.mod(e, d, (5,))
     assert ix.floordiv(7, 2, ()) == ix.const(3) and ix.mod(7, 2, ()) == ix.const(1)
     assert ix.floordiv(-7, 2, ()) == ix.const(-4) and ix.mod(-7, 2, ()) == ix.const(1)
@@ -160,8 +160,15 @@ def test_lookup_simplifies_the_part_of_the_table_it_reads():
 
 
 # ---------------------------------------------------------------------------------------------
-# Bounds: contain every value and are reached on simple shapes
+# Free variables; bounds: contain every value and are reached on simple shapes
 # ---------------------------------------------------------------------------------------------
+
+def test_free_vars_see_through_every_atom():
+    e = (_atom(FloorDiv(ix.var(0), 2)) + _atom(Mod(ix.var(1), 2)) + _atom(Lookup((1, 2), ix.var(2)))
+         + _atom(MinOf(ix.var(3), ix.const(1))) + _atom(MaxOf(ix.const(0), ix.var(4))) + ix.loaded("g", 2) + 3)
+    assert ix.free_vars(e) == {0, 1, 2, 3, 4}
+    assert ix.free_vars(ix.const(2)) == set() and ix.free_vars(ix.var(6) * 2) == {6}
+
 
 def test_bounds_of_each_atom():
     assert ix.bounds(i0, (1,)) == (0, 0) and ix.bounds(i0, (0,)) == (0, 0)
@@ -252,7 +259,7 @@ def test_simplified_equals_unsimplified_everywhere_and_bounds_hold(sizes, data):
 
 
 # ---------------------------------------------------------------------------------------------
-# Substitution, evaluation, free variables
+# Substitution and evaluation
 # ---------------------------------------------------------------------------------------------
 
 def test_substitution_resimplifies_under_the_new_ranges():
@@ -279,13 +286,6 @@ def test_evaluate_works_on_arrays_and_clips_table_reads():
     assert ix.evaluate(ix.const(3), []) == 3
     with pytest.raises(TypeError, match=r"\$g"):
         ix.evaluate(ix.loaded("g", 3), [])
-
-
-def test_free_vars_see_through_every_atom():
-    e = (_atom(FloorDiv(ix.var(0), 2)) + _atom(Mod(ix.var(1), 2)) + _atom(Lookup((1, 2), ix.var(2)))
-         + _atom(MinOf(ix.var(3), ix.const(1))) + _atom(MaxOf(ix.const(0), ix.var(4))) + ix.loaded("g", 2) + 3)
-    assert ix.free_vars(e) == {0, 1, 2, 3, 4}
-    assert ix.free_vars(ix.const(2)) == set() and ix.free_vars(ix.var(6) * 2) == {6}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +329,7 @@ def test_render_table_reads():
     seen = []
     out = ix.render(inside + 1, _name, sizes, lookup=lambda a, x: seen.append((a, x)) or "L")
     assert out == "L + 1" and seen == [(inside.as_atom(), "x")]
-    with pytest.raises(ValueError, match="needs a table printer"):
+    with pytest.raises(ValueError, match="^rendering a table lookup needs a table printer$"):
         ix.render(inside, _name, sizes)
     with pytest.raises(TypeError, match="object object at"):
         ix.render(_atom(object()), _name, sizes)
