@@ -133,6 +133,10 @@ def test_mod_of_a_range_inside_one_period_is_a_shift():
     assert ix.mod(-1 - i0, 8, (8,)) == 7 - i0
     assert ix.floordiv(i0 + 9, 4, (3,)) == ix.const(2)
     assert ix.floordiv(i0 - 4, 4, (4,)) == ix.const(-1)
+    # a dividend whose remainder part lies in one period below zero (only atoms get there)
+    t = _atom(Lookup((-3, -2, -1), i0))
+    assert ix.floordiv(t, 4, (3,)) == ix.const(-1) and ix.mod(t, 4, (3,)) == t + 4
+    assert ix.floordiv(t * 3 + 12, 4, (3,)) == _atom(FloorDiv(t * 3, 4)) + 3
 
 
 def test_min_max_drop_the_operand_the_ranges_rule_out_and_are_canonical():
@@ -178,6 +182,7 @@ def test_bounds_of_each_atom():
     assert ix.bounds(_atom(Mod(i0 - 3, 4)), (3,)) == (0, 3)
     assert ix.bounds(_atom(Mod(i0 + 1, 4)), (3,)) == (1, 3)
     assert ix.bounds(_atom(Mod(i0, 4)), (5,)) == (0, 3)
+    assert ix.bounds(_atom(Mod(i0, 4)), (3,)) == (0, 2)
     assert ix.bounds(_atom(FloorDiv(i0 - 5, 2)), (4,)) == (-3, -1)
     assert ix.bounds(_atom(MinOf(i0, i1 + 2)), (6, 2)) == (0, 3)
     assert ix.bounds(_atom(MaxOf(i0, i1 + 2)), (6, 2)) == (2, 5)
