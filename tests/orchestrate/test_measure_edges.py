@@ -327,3 +327,53 @@ def test_remeasure_statistics_add_up(tmp_path, monkeypatch):
     m.prefetch([a])
     assert m.stats.unsettled == 2
     assert isinstance(m.db.get(m.key(a), m.target, "c3")["codegen:c"], Record)
+
+
+# ---------------------------------------------------------------------------------------------
+# How a generated kernel is timed and priced
+# ---------------------------------------------------------------------------------------------
+
+class Recording(FakeKernel):
+    """Logs the buffers ``_run`` writes into (the outputs of a first ``run``)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.into = []
+
+    def _run(self, ins, outs):
+        self.into.append([np.asarray(o).shape for o in outs])
+        super()._run(ins, outs)
+
+
+def test_time_kernel_runs_into_the_outputs_of_a_first_run():
+    g, n, e = _chain()
+    k = Recording(g, {n, e}, [n, e])
+    measure.time_kernel(k, [np.ones((4, 4), np.float32)], lambda fn, p: (fn(), 1e-3)[1])
+    assert k.into == [[(4, 4), (4, 4)]]
+
+
+def test_a_prepared_kernel_is_timed_through_its_prepared_call():
+    """A C kernel with ``prepared`` is timed as a native run calls it, not through ``_run``."""
+    g, n, e = _chain()
+
+    class Prepared(Recording):
+        def prepared(self, ins, outs):
+            self.prepared_with = (ins, [np.asarray(o).shape for o in outs])
+            return lambda: self.into.append("prepared call")
+
+    k = Prepared(g, {n, e}, [e])
+    feed = np.arange(16, dtype=np.float32).reshape(4, 4)
+    t = measure.time_kernel(k, [feed], lambda fn, p: (fn(), fn(), 2e-3)[2])
+    assert t.seconds == 2e-3 and k.into == ["prepared call"] * 2 and k.timed_with == []
+    ins, out_shapes = k.prepared_with
+    np.testing.assert_array_equal(ins[0].numpy(), feed)
+    assert out_shapes == [(4, 4)]
+
+
+def test_generated_c_kernels_may_have_their_own_dispatch_cost(tmp_path, monkeypatch):
+    g, n, e = _chain()
+    (cand,) = _cands(g, [n, e])
+    m, _ = _measurer(tmp_path, monkeypatch, g, native_overhead_s=5e-6)
+    assert m.native_overhead_s == 5e-6 and m(cand) == pytest.approx(1e-4 + 5e-6)
+    m, _ = _measurer(tmp_path / "d", monkeypatch, g, kernel_overhead_s=7e-6)
+    assert m.native_overhead_s == 7e-6  # by default the same as every kernel's
