@@ -92,6 +92,21 @@ def test_quotient_and_remainder_recombine(k, c, d):
     assert q * (k * d) + r * (k + 1) != x * k
 
 
+def test_recombination_adds_to_existing_terms_and_repeats():
+    sizes = (9, 7)
+    q0, r0 = _atom(FloorDiv(i0, 4)), _atom(Mod(i0, 4))
+    q1, r1 = _atom(FloorDiv(i1 + 2, 3)), _atom(Mod(i1 + 2, 3))
+    assert i0 + q0 * 4 + r0 == i0 * 2
+    assert q0 * 4 + r0 + q1 * 3 + r1 == i0 + i1 + 2  # two pairs in one sum
+    assert q1 * 6 + i1 + r1 * 2 - 4 == i1 * 3
+    for p in ((0, 0), (8, 6), (5, 3)):
+        assert ix.evaluate(q0 * 4 + r0 + q1 * 3 + r1, list(p)) == p[0] + p[1] + 2
+    # a raw x % 1 (mod() never builds one) adds like any other atom
+    m1 = _atom(Mod(i0, 1))
+    assert (m1 + 1).terms == ((Mod(i0, 1), 1),) and (m1 + 1).const == 1
+    assert ix.bounds(m1, sizes) == (0, 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Simplifying constructors: structure
 # ---------------------------------------------------------------------------------------------
