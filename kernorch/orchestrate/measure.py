@@ -186,9 +186,17 @@ class MeasuredCost(PricedCandidates):
         """The providers that may run ``cand`` as a single kernel: those on kernorch's own
         thread pool that can, else the others that can (a pool switch beats no kernel)."""
         outs = ordered_outputs(self._pos, cand)
-        able = [p for p in self.providers if reason_or_none(p.can_run(self.g, cand.nodes, outs)) is None]
+        able = [p for p in self.providers if self._can_run(p, cand.nodes, outs)]
         own = [p for p in able if p.own_pool]
         return own or able
+
+    def _can_run(self, p: Provider, members, outs) -> bool:
+        """``p.can_run`` as a yes/no; a provider whose check raises cannot run it (trying it one by
+        one records the same error as 'unsupported', providers/select.py)."""
+        try:
+            return reason_or_none(p.can_run(self.g, members, outs)) is None
+        except Exception:  # noqa: BLE001
+            return False
 
     def _external(self, cand: Candidate) -> bool:
         """External providers are tried for kernels of one linear prim with elementwise, broadcast

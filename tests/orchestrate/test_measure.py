@@ -613,3 +613,15 @@ def test_generated_and_library_kernels_are_compared_with_their_own_dispatch_cost
     assert m.best[k].provider == "torch" and m._memo[k] == pytest.approx(30e-6)
     m._native_overhead_s = None  # the same dispatch cost for both
     assert m.native_overhead_s == 25e-6
+
+
+def test_a_provider_whose_check_raises_is_not_asked(tmp_path, monkeypatch):
+    class Raises(TorchLike):
+        def can_run(self, g, members, outputs):
+            raise RuntimeError("looked and fell over")
+
+    g, mm, r, s = _linear()
+    (cand,) = _cands(g, [mm, r])
+    provs = [Raises("bad", own_pool=True), TorchLike("torch", own_pool=True)]
+    m, _ = _measurer(tmp_path, monkeypatch, g, FakeCodegen(can=lambda ms: False), providers=provs)
+    assert [p.name for p in m.kernel_providers(cand)] == ["torch"]
