@@ -97,7 +97,7 @@ def test_recombination_adds_to_existing_terms_and_repeats():
     q0, r0 = _atom(FloorDiv(i0, 4)), _atom(Mod(i0, 4))
     q1, r1 = _atom(FloorDiv(i1 + 2, 3)), _atom(Mod(i1 + 2, 3))
     assert i0 + q0 * 4 + r0 == i0 * 2
-    assert q0 * 4 + r0 + q1 * 3 + r1 == i0 + i1 + 2  # two pairs in one sum
+    assert (q0 * 4 + q1 * 3) + (r0 + r1) == i0 + i1 + 2  # two pairs met in one sum
     assert q1 * 6 + i1 + r1 * 2 - 4 == i1 * 3
     for p in ((0, 0), (8, 6), (5, 3)):
         assert ix.evaluate(q0 * 4 + r0 + q1 * 3 + r1, list(p)) == p[0] + p[1] + 2
