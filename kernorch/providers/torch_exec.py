@@ -70,7 +70,8 @@ class Program:
         seen = {x.untyped_storage().data_ptr() for x in inputs if x is not None}
         done = []
         for o in outs:  # no output shares memory with an input or another output
-            o = o.clone() if o.untyped_storage().data_ptr() in seen else o.contiguous()
+            o = o.clone(memory_format=torch.contiguous_format) if o.untyped_storage().data_ptr() in seen \
+                else o.contiguous()
             seen.add(o.untyped_storage().data_ptr())
             done.append(o)
         return done

@@ -98,14 +98,16 @@ def test_outputs_known_fresh_skip_the_aliasing_check():
     r = b.reshape(y, (3, 2))
     c = b.prim(Op.CAST, [x], CastAttrs("float32"))  # the builder's cast() would drop a no-op cast
     k = b.reshape(x, (6,))
+    t = b.permute(y, (1, 0))  # a second output viewing y's storage in another order
     for members, outs, fresh in [({y}, [y], [True]), ({y, r}, [r], [True]), ({y, r}, [y, r], [False, False]),
-                                 ({k}, [k], [False]), ({c}, [c], [False])]:
+                                 ({k}, [k], [False]), ({c}, [c], [False]), ({y, t}, [y, t], [False, False])]:
         prog = build_program(b.g, members, outs)
         assert prog.fresh_outputs == fresh, outs
         ins = [torch.randn(b.g.types[v].shape) for v in prog.inputs]
         got = prog.run(ins)
         ptrs = [t.untyped_storage().data_ptr() for t in ins + got]
         assert len(set(ptrs)) == len(ptrs)
+        assert all(o.is_contiguous() for o in got)  # the runtime adopts them as planned buffers
 
 
 # ---------------------------------------------------------------------------------------------
