@@ -264,10 +264,11 @@ def kernel_bytes(executable, k: int) -> int:
 
 
 def kernel_analysis(model, feeds: dict[str, np.ndarray], repeat: int, copy_bw: Optional[float]) -> dict:
-    """Per-kernel medians (``executable.profile``), time shares per kernel class, and for every
-    memory-bound kernel its achieved bandwidth (input + output bytes / time) over copy bandwidth."""
+    """Per-kernel medians timed inside real calls (``executable.profile_in_call``: dispatch
+    included), time shares per kernel class, and for every memory-bound kernel its achieved
+    bandwidth (input + output bytes / time) over copy bandwidth."""
     ex = model.executable
-    secs = ex.profile(feeds, repeat)
+    secs, _ = ex.profile_in_call(feeds, repeat, [info.seconds or 0.0 for info in ex.infos])
     total = sum(secs) or float("nan")
     by_class = {"memory": 0.0, "linear": 0.0, "opaque": 0.0}
     kernels = []
@@ -281,7 +282,8 @@ def kernel_analysis(model, feeds: dict[str, np.ndarray], repeat: int, copy_bw: O
             kernels.append(dict(k=k, ops=" ".join(info.ops)[:80], seconds=s, bytes=nbytes, gbs=bw / 1e9, frac=frac))
     priced = [info.seconds for info in ex.infos]
     out = dict(total_s=total, shares={c: t / total for c, t in by_class.items()}, n_memory=len(kernels),
-               by_class_s=by_class, priced_s=sum(priced) if all(p is not None for p in priced) else None)
+               by_class_s=by_class, priced_s=sum(priced) if all(p is not None for p in priced) else None,
+               priced_hot_s=getattr(model.report, "priced_hot_s", None))
     if copy_bw and kernels:
         mem_t = sum(x["seconds"] for x in kernels) or float("nan")
         out["median_frac"] = statistics.median(x["frac"] for x in kernels)

@@ -53,5 +53,9 @@ class Knobs:
     layouts: bool = True
     """Offer channels-last activations around 2-D convolutions as a plan choice
     (rewrite/layouts.py): the solver decides where layouts change."""
+    context_rounds: int = 3
+    """Measured compiles of plans of own kernels: build the plan, time its kernels inside real
+    calls, price them at that and solve again, this many plans at most; the fastest is kept
+    (runtime/in_context.py). 0: keep the plan priced on kernels timed alone."""
     solver_backend: str = "highs"
     """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

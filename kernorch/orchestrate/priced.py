@@ -25,6 +25,37 @@ class PricedCandidates:
         self._memo: dict[str, float | None] = {}
         self.best: dict[str, Record] = {}
         self.fallback: Callable[[Candidate], float | None] | None = None
+        self._in_context: dict[str, float] = {}
+        self._scales: dict[str, float] = {}  # by provider, what being in the model did to prices
+        self._scale = 1.0  # the same over every provider
+
+    def price_in_context(self, seen: dict[str, float], min_kernels: int = 3) -> None:
+        """Price as the model runs: the kernels in ``seen`` (by key) at the seconds they took
+        inside a call of a built plan, every other kernel at its measured price times what being
+        in the model did to the kernels seen of its provider (their in-context over measured
+        time; over all providers while a provider has fewer than ``min_kernels`` seen). Provider
+        regions keep their prices: they are timed whole, on the path they would run."""
+        self._in_context.update(seen)
+        sums: dict[str, list[float]] = {}
+        for key, t in self._in_context.items():
+            hot = self._memo.get(key)
+            if hot:
+                for name in (self._provider(key), ""):
+                    acc = sums.setdefault(name, [0.0, 0.0, 0])
+                    acc[0] += t
+                    acc[1] += hot
+                    acc[2] += 1
+        every = sums.pop("", None)
+        self._scale = every[0] / every[1] if every else 1.0
+        self._scales = {name: t / hot for name, (t, hot, n) in sums.items() if n >= min_kernels}
+
+    def _provider(self, key: str) -> str:
+        best = self.best.get(key)
+        return best.provider if best is not None else "?"
+
+    def hot(self, cand: Candidate) -> float | None:
+        """The price of ``cand`` timed alone (its inputs and weights hot), measured or stored."""
+        return self._memo.get(self.key(cand))
 
     def key(self, cand: Candidate) -> str:
         return self.g.kernel_key(cand.nodes, sorted(cand.outputs, key=self._pos.__getitem__))
@@ -35,7 +66,12 @@ class PricedCandidates:
             if self.fallback is not None:
                 return self.fallback(cand)
             self.prefetch([cand])
-        return self._memo.get(k)
+        if k in self._in_context:
+            return self._in_context[k]
+        price = self._memo.get(k)
+        if price is None or not self._in_context:
+            return price
+        return price * self._scales.get(self._provider(k), self._scale)
 
     def has(self, cand: Candidate) -> bool:
         """Whether ``cand`` has been measured (or found in the database)."""

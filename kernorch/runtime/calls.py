@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ import torch
 
 from kernorch.runtime import native as native_runs
 
+_now = time.perf_counter
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 _TENSOR = torch.Tensor
@@ -78,15 +80,18 @@ class CallPlan:
         native = native and native_runs.available()
         steps: list[list] = []
         run: list = []
-        for entry in program + [None]:
+        self.step_kernels: list[tuple[int, ...]] = []  # per step, the kernels (program positions) it runs
+        for k, entry in enumerate(program + [None]):
             if native and entry is not None and native_runs.can_run_natively(entry[0]):
                 run.append(entry)
                 continue
             if run:
                 steps.append([NATIVE, native_runs.NativeRun(run, index)])
+                self.step_kernels.append(tuple(range(k - len(run), k)))
                 run = []
             if entry is not None:
                 steps.append(self._python_step(entry, index, spec))
+                self.step_kernels.append((k,))
         self.native_runs = [s[1] for s in steps if s[0] == NATIVE]
         read_natively = set().union(*(r.reads for r in self.native_runs))
         returned = set()
@@ -156,10 +161,12 @@ class CallPlan:
                 return None
         return self(args, False)
 
-    def __call__(self, args: Sequence[Any], numpy: bool) -> list:
+    def __call__(self, args: Sequence[Any], numpy: bool, clock: list[float] | None = None) -> list:
         """Run on checked, contiguous CPU ``args`` (NumPy arrays when ``numpy``, else tensors);
-        the outputs come back as NumPy arrays or tensors alike."""
-        if self.single is not None:
+        the outputs come back as NumPy arrays or tensors alike. ``clock``: a list that gets the
+        time before the first step and after each one (the in-context profile, see
+        ``Executable.profile_in_call``)."""
+        if self.single is not None and clock is None:
             fn, ins, patch, wants = self.single
             ins = list(ins)
             for pos, i in patch:
@@ -185,6 +192,8 @@ class CallPlan:
                 else:
                     o = env[i] = torch.empty(shape, dtype=tt)
                     table[i] = o.data_ptr()
+            if clock is not None:
+                clock.append(_now())
             for (kind, fn, a, b, c), drop in zip(self.steps, self.drops):
                 if kind == NATIVE:
                     fn(self.table_address)
@@ -206,6 +215,8 @@ class CallPlan:
                     self._returns(fn, a, b, c, env, numpy)
                 for i in drop:  # an adopted buffer no later step reads goes back to the allocator
                     env[i] = None
+                if clock is not None:
+                    clock.append(_now())
             return [env[i] for i in self.answer]
 
     def _adopt(self, fn, a: tuple, outs_at: tuple, read_natively: tuple, env: list, numpy: bool) -> None:

@@ -7,11 +7,11 @@ import dataclasses
 import importlib
 import inspect
 import os
-import statistics
 import time
 from typing import Any, Mapping, Sequence
 
 from kernorch.errors import KernorchError
+from kernorch.frontend.inputs import random_inputs
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
@@ -30,6 +30,7 @@ from kernorch.providers import BuiltKernel, Provider
 from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
+from kernorch.runtime.in_context import race, refine_in_context
 from kernorch.runtime import native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
@@ -90,6 +91,13 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         original = None
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
             original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
+        knobs = _knobs(opts, tgt)
+        if opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0:
+            with _progress_bar(opts.progress, "pricing the plan's kernels in context"):
+                plan, compiled = refine_in_context(dag_from_graph(g), plan, compiled, measured, knobs,
+                                                   random_inputs(g, seed=0),
+                                                   lambda p: _executable(tgt, g, p, tgt.build(g, p, measured, ext)[0]),
+                                                   rep)
         rep.priced_s = sum(plan.costs) if all(c is not None for c in plan.costs) else None
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
@@ -142,17 +150,24 @@ def _check_options(opts: Options) -> None:
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
 
 
+def _knobs(opts: Options, target: targets.Target) -> Knobs:
+    """The knobs a compile orchestrates with: the user's, as the target takes them, with the
+    ``regions`` option and the tuning budget applied."""
+    knobs = target.knobs(opts.knobs or Knobs())
+    if not opts.regions:
+        knobs = dataclasses.replace(knobs, regions=False)
+    if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
+        knobs = dataclasses.replace(knobs, max_candidates=opts.tuning_budget)
+    return knobs
+
+
 def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets.Target):
     """Import, rewrite and plan on ``target`` (measuring into the database): (graph, plan,
     whole-graph region plan or None, the measured cost, external providers, report)."""
     strategy, cost, progress = opts.strategy, opts.cost, opts.progress
     cores = target.host_cores(cost)
     busy = check_free_cores(cores, target.require_quiet) if cores else ""
-    knobs = target.knobs(opts.knobs or Knobs())
-    if not opts.regions:
-        knobs = dataclasses.replace(knobs, regions=False)
-    if cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
-        knobs = dataclasses.replace(knobs, max_candidates=opts.tuning_budget)
+    knobs = _knobs(opts, target)
     rep = CompileReport(strategy, cost, busy=busy)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
@@ -301,27 +316,12 @@ def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | 
     and on the user's ``original`` ONNX model per runtime, verified first: whole.py), interleaved,
     at least ``rounds`` times and ``min_seconds`` in all, and the fastest is kept
     (``report.end_to_end`` has every median)."""
-    from kernorch.frontend.inputs import random_inputs
-
     runs = {"plan": chosen[1]}
     if whole is not None:
         runs["whole region"] = build_plan(g, whole, threads, measured, ext, env)
     if original is not None:
         runs.update(original_regions(g, original, ext, rep.failures))
-    feeds = random_inputs(g, seed=0)
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    end = None
-    for r in range(1000):
-        for name, ex in runs.items():
-            t = time.perf_counter()
-            ex.run(feeds)
-            if r >= 2:  # warm-up rounds
-                times[name].append(time.perf_counter() - t)
-        if r == 2:
-            end = time.perf_counter() + min_seconds
-        if r >= rounds + 1 and time.perf_counter() >= end:
-            break
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = race(runs, random_inputs(g, seed=0), rounds, min_seconds)
     rep.end_to_end = med
     best = min(med, key=med.__getitem__)
     if best == "plan":

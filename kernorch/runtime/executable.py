@@ -181,6 +181,35 @@ class Executable:
         """The outputs when ``args`` need no conversion (``CallPlan.fast``), else None."""
         return (self._call_plans.get(self.native) or self._calls()).fast(args)
 
+    def profile_in_call(self, feeds, repeat: int = 10,
+                        weights: Sequence[float] | None = None) -> tuple[list[float], float]:
+        """(seconds per kernel, seconds per call), medians over ``repeat`` calls timed step by step
+        inside the real call: the kernels run as the model runs them, each after its
+        predecessors, with the same buffers, dispatch and native runs, so the times hold the
+        caches' and the pool's state of the model. A native run of several C kernels is one
+        step; its time is shared out over its kernels in proportion to ``weights`` (default
+        equal). Gaps between steps (the loop, adopting buffers) count toward the step before."""
+        calls = self._calls()
+        args = [to_tensor(a) for a in (check_inputs(self.sig.graph, feeds)[v] for v in self.sig.graph.inputs)]
+        for _ in range(2):  # warm-up: first-call preparation, caches
+            calls(args, False)
+        steps: list[list[float]] = [[] for _ in calls.step_kernels]
+        totals = []
+        for _ in range(max(1, repeat)):
+            clock: list[float] = []
+            calls(args, False, clock)
+            for k in range(len(steps)):
+                steps[k].append(clock[k + 1] - clock[k])
+            totals.append(clock[-1] - clock[0])
+        per_kernel = [0.0] * len(self.kernels)
+        for ks, ts in zip(calls.step_kernels, steps):
+            t = float(np.median(ts))
+            w = [max(weights[k], 0.0) if weights is not None else 1.0 for k in ks]
+            total_w = sum(w) or float(len(ks))
+            for k, wk in zip(ks, w):
+                per_kernel[k] = t * ((wk / total_w) if sum(w) else 1.0 / len(ks))
+        return per_kernel, float(np.median(totals))
+
     def profile(self, feeds, repeat: int = 10) -> list[float]:
         """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronized around
         each). The device side (feeds, allocation, synchronization, math modes) is the hooks'."""

@@ -33,6 +33,8 @@ class CompileReport:
     roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
     end_to_end: dict[str, float] = field(default_factory=dict)  # plan vs whole-graph region, median s
     priced_s: float | None = None  # the solver's plan: sum of its kernels' prices (measured compiles)
+    priced_hot_s: float | None = None  # the first plan's kernels priced alone, hot (runtime/in_context.py)
+    context_rounds: list[tuple[int, float, float]] = field(default_factory=list)  # (kernels, hot price, call s)
     # Trust in the measurements (Note [trusted timing] in README "Tuning on a busy machine").
     disturbed: int = 0  # timing samples discarded: the process waited for a CPU during them
     remeasured: int = 0  # kernels measured again because their first price was doubtful

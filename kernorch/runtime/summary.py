@@ -76,7 +76,10 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
         e2e = getattr(r, "end_to_end", None) or {}
         priced = getattr(r, "priced_s", None)
         if priced and "plan" in e2e:
-            lines.append(f"priced    the solver's plan: {ms(priced)} as the sum of its kernels' prices, "
+            hot = getattr(r, "priced_hot_s", None)
+            how = f"prices in context (the first plan timed alone: {ms(hot)}, {len(r.context_rounds)} plans timed)" \
+                if hot else "prices"
+            lines.append(f"priced    the solver's plan: {ms(priced)} as the sum of its kernels' {how}, "
                          f"{ms(e2e['plan'])} measured end to end ({e2e['plan'] / priced:.2f}x)")
         if "plan" in e2e and len(e2e) > 1:
             what = {"plan": "solver's kernel plan", "whole region": "whole model as one region"}

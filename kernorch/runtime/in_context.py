@@ -1,0 +1,83 @@
+"""Pricing in context: kernels are priced alone, hot in cache, but run in a model after other
+kernels that evicted their weights, next to Python dispatch and buffer adoption. Measured on
+EfficientViT-B0, its plan's kernels took 1.2-3x their prices inside the model, unevenly, so the
+solver compared numbers that were not the model's.
+
+So a measured compile builds its plan and times every kernel *inside* real calls of it
+(``Executable.profile_in_call``), prices those kernels at what they took there and every other
+candidate at its measured price scaled by what being in the model did to the kernels seen of its
+provider (PricedCandidates.price_in_context), and solves again. A new plan is built and timed the same way; after ``Knobs.context_rounds`` rounds
+(or when the solver returns a plan already timed) the plan fastest end to end is kept, with its
+in-context prices as its costs: ``report.priced_hot_s`` keeps the sum of the prices timed alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+from kernorch.orchestrate.dag import Dag
+from kernorch.orchestrate.knobs import Knobs
+from kernorch.orchestrate.plan import Plan
+from kernorch.orchestrate.strategies import orchestrate
+from kernorch.runtime.executable import Executable
+
+PROFILE_CALLS = 12  # calls timed step by step per round
+
+
+def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: Knobs, feeds,
+                      build: Callable[[Plan], Executable], rep) -> tuple[Plan, Executable]:
+    """The fastest of the plans found by pricing in context, starting from ``plan`` (built as
+    ``built``), with its in-context kernel times as its costs. ``measured``: the compile's
+    PricedCandidates (every candidate the solver may pick is already priced; nothing is
+    measured here). Records the rounds in ``rep.context_rounds``."""
+    rep.priced_hot_s = sum(measured.hot(c) or 0.0 for c in plan.kernels)
+    tried: list[tuple[Plan, Executable]] = []
+    done: set[frozenset] = set()
+    fallback, measured.fallback = measured.fallback, (lambda c: None)  # never measure here
+    try:
+        for _ in range(max(1, knobs.context_rounds)):
+            weights = [measured.hot(c) or 0.0 for c in plan.kernels]
+            per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, weights)
+            for info, t in zip(built.infos, per_kernel):
+                info.seconds = t
+            tried.append((dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), built))
+            rep.context_rounds.append((len(plan.kernels), sum(weights), call_s))
+            done.add(_identity(plan))
+            measured.price_in_context(dict(zip((measured.key(c) for c in plan.kernels), per_kernel)))
+            nxt = orchestrate(dag, plan.strategy, measured, measured.can_generate, None, knobs)
+            if _identity(nxt) in done or nxt.regions:
+                break
+            plan, built = nxt, build(nxt)
+    finally:
+        measured.fallback = fallback
+    if len(tried) == 1:
+        return tried[0]
+    # Profiles taken one after the other differ by the machine's drift: race the plans interleaved.
+    med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds)
+    return tried[int(min(med, key=med.__getitem__))]
+
+
+def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float = 0.3) -> dict[str, float]:
+    """Median seconds per call of each executable, called in turn round after round (so drift
+    hits all alike), after two warm-up rounds, at least ``rounds`` rounds and ``min_seconds``."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    end = math.inf
+    for r in range(1000):
+        for name, ex in runs.items():
+            t = time.perf_counter()
+            ex.run(feeds)
+            if r >= 2:  # warm-up rounds
+                times[name].append(time.perf_counter() - t)
+        if r == 2:
+            end = time.perf_counter() + min_seconds
+        if r >= rounds + 1 and time.perf_counter() >= end:
+            break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _identity(plan: Plan) -> frozenset:
+    return frozenset((c.nodes, c.outputs) for c in plan.kernels)
