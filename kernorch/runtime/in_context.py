@@ -40,14 +40,11 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     fallback, measured.fallback = measured.fallback, (lambda c: None)  # never measure here
     try:
         for _ in range(max(1, knobs.context_rounds)):
-            weights = [measured.hot(c) or 0.0 for c in plan.kernels]
-            per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, weights)
-            for info, t in zip(built.infos, per_kernel):
-                info.seconds = t
-            tried.append((dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), built))
-            rep.context_rounds.append((len(plan.kernels), sum(weights), call_s))
+            priced, call_s = _priced_in_call(plan, built, measured, feeds)
+            tried.append((priced, built))
+            rep.context_rounds.append((len(plan.kernels), sum(measured.hot(c) or 0.0 for c in plan.kernels), call_s))
             done.add(_identity(plan))
-            measured.price_in_context(dict(zip((measured.key(c) for c in plan.kernels), per_kernel)))
+            measured.price_in_context(dict(zip((measured.key(c) for c in plan.kernels), priced.costs)))
             nxt = orchestrate(dag, plan.strategy, measured, measured.can_generate, None, knobs)
             if _identity(nxt) in done or nxt.regions:
                 break
@@ -56,9 +53,20 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
         measured.fallback = fallback
     if len(tried) == 1:
         return tried[0]
-    # Profiles taken one after the other differ by the machine's drift: race the plans interleaved.
+    # Profiles taken one after the other differ by the machine's drift: race the plans
+    # interleaved, and price the winner again now, as the compile is about to time it.
     med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds)
-    return tried[int(min(med, key=med.__getitem__))]
+    plan, built = tried[int(min(med, key=med.__getitem__))]
+    return _priced_in_call(plan, built, measured, feeds)[0], built
+
+
+def _priced_in_call(plan: Plan, built: Executable, measured, feeds) -> tuple[Plan, float]:
+    """(``plan`` with its kernels' in-call times as costs, seconds per call); the executable's
+    kernel infos get the same times."""
+    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, [measured.hot(c) or 0.0 for c in plan.kernels])
+    for info, t in zip(built.infos, per_kernel):
+        info.seconds = t
+    return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), call_s
 
 
 def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float = 0.3) -> dict[str, float]:
