@@ -132,8 +132,11 @@ def kernel_table(model, feeds=None, repeat: int = 0) -> str:
         label = "priced"
     total = sum(secs) or 1.0
     w = max([len("provider")] + [len(i.provider) for i in infos])
-    lines = [f"kernels   {len(infos)}, {label} total {ms(sum(secs))}"
-             + (" (each timed alone: a model runs slower or faster end to end)" if label == "priced" else ""),
+    how = ""
+    if label == "priced":
+        how = " (timed inside the model's calls)" if getattr(getattr(model, "report", None), "context_rounds", None) \
+            else " (each timed alone: a model runs slower or faster end to end)"
+    lines = [f"kernels   {len(infos)}, {label} total {ms(sum(secs))}{how}",
              f"{'#':>4} {'provider':<{w}} {label + ' ms':>11} {'share':>6}  prims"]
     for k, (info, s) in enumerate(zip(infos, secs)):
         lines.append(f"{k:>4} {info.provider:<{w}} {s * 1e3:>11.4f} {s / total:>6.1%}  {_ops(info.ops)}")
