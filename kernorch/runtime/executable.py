@@ -203,11 +203,12 @@ class Executable:
             totals.append(clock[-1] - clock[0])
         per_kernel = [0.0] * len(self.kernels)
         for ks, ts in zip(calls.step_kernels, steps):
-            t = float(np.median(ts))
-            w = [max(weights[k], 0.0) if weights is not None else 1.0 for k in ks]
-            total_w = sum(w) or float(len(ks))
+            w = [max(weights[k], 0.0) for k in ks] if weights is not None else []
+            if not sum(w):
+                w = [1.0] * len(ks)
+            share = float(np.median(ts)) / sum(w)
             for k, wk in zip(ks, w):
-                per_kernel[k] = t * ((wk / total_w) if sum(w) else 1.0 / len(ks))
+                per_kernel[k] = share * wk
         return per_kernel, float(np.median(totals))
 
     def profile(self, feeds, repeat: int = 10) -> list[float]:

@@ -6,9 +6,10 @@ solver compared numbers that were not the model's.
 So a measured compile builds its plan and times every kernel *inside* real calls of it
 (``Executable.profile_in_call``), prices those kernels at what they took there and every other
 candidate at its measured price scaled by what being in the model did to the kernels seen of its
-provider (PricedCandidates.price_in_context), and solves again. A new plan is built and timed the same way; after ``Knobs.context_rounds`` rounds
-(or when the solver returns a plan already timed) the plan fastest end to end is kept, with its
-in-context prices as its costs: ``report.priced_hot_s`` keeps the sum of the prices timed alone.
+provider (PricedCandidates.price_in_context), and solves again. A new plan is built and timed
+the same way. After ``Knobs.context_rounds`` plans (or when the solver returns a plan already
+timed) the plans are raced end to end, interleaved, and the fastest is kept with its in-context
+prices as its costs; ``report.priced_hot_s`` keeps the first plan's prices timed alone.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     done: set[frozenset] = set()
     fallback, measured.fallback = measured.fallback, (lambda c: None)  # never measure here
     try:
-        for _ in range(max(1, knobs.context_rounds)):
+        for r in range(max(1, knobs.context_rounds)):
             priced, call_s = _priced_in_call(plan, built, measured, feeds)
             tried.append((priced, built))
             rep.context_rounds.append((len(plan.kernels), sum(measured.hot(c) or 0.0 for c in plan.kernels), call_s))
+            if r + 1 == knobs.context_rounds:
+                break
             done.add(_identity(plan))
             measured.price_in_context(dict(zip((measured.key(c) for c in plan.kernels), priced.costs)))
             nxt = orchestrate(dag, plan.strategy, measured, measured.can_generate, None, knobs)
