@@ -47,7 +47,7 @@ def test_compile_says_what_it_did_and_what_it_bought(compiled):
     assert re.match(r"tuning +\d+\.\d s, strategy optimal: \d+ kernel timings, 0 reused from the tuning database",
                     tuning), tuning
     latency = next(ln for ln in lines if ln.startswith("latency ") and "onnxruntime" in ln)
-    m = re.match(r"latency +kernorch (\d+\.\d+) ms vs onnxruntime (\d+\.\d+) ms \(median of (\d+) runs each, "
+    m = re.match(r"latency +kernorch (\d+\.\d+) ms vs onnxruntime (\d+\.\d+) ms \(medians of (\d+) and \d+ runs, "
                  r"same random inputs, 1 thread\): kernorch is ((\d+\.\d\d)x (faster|slower)|as fast \(within 1%\))$",
                  latency)
     assert m, latency

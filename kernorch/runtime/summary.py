@@ -108,8 +108,8 @@ def latency_lines(compare) -> list[str]:
             verdict = "as fast (within 1%)"
         else:
             verdict = f"{x:.2f}x faster" if x > 1 else f"{1 / x:.2f}x slower"
-        out.append(f"latency   kernorch {ms(kn.median)} vs {name} {ms(base.median)} (median of {len(kn.times)} "
-                   f"runs each, same random inputs, {_threads(compare.threads)}): kernorch is {verdict}")
+        out.append(f"latency   kernorch {ms(kn.median)} vs {name} {ms(base.median)} (medians of {len(kn.times)} and "
+                   f"{len(base.times)} runs, same random inputs, {_threads(compare.threads)}): kernorch is {verdict}")
     for name, why in compare.skipped.items():
         if name == "onnxruntime":
             out.append(f"latency   kernorch {ms(kn.median) if kn else '-'}; no onnxruntime baseline ({why})")
