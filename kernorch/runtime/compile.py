@@ -96,8 +96,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             with _progress_bar(opts.progress, "pricing the plan's kernels in context"):
                 plan, compiled = refine_in_context(dag_from_graph(g), plan, compiled, measured, knobs,
                                                    random_inputs(g, seed=0),
-                                                   lambda p: _executable(tgt, g, p, tgt.build(g, p, measured, ext)[0]),
-                                                   rep)
+                                                   _reusing_builder(tgt, g, measured, ext, plan, compiled), rep)
         rep.priced_s = sum(plan.costs) if all(c is not None for c in plan.costs) else None
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
@@ -363,6 +362,21 @@ def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None
 def _adapted(kernels: list) -> list:
     """Providers' BuiltKernels as runtime kernels (outputs written into planned buffers)."""
     return [ProviderKernel(k) if isinstance(k, BuiltKernel) else k for k in kernels]
+
+
+def _reusing_builder(tgt: targets.Target, g: Graph, measured, ext, plan: Plan, built: Executable):
+    """Builds the plans of the in-context rounds: a kernel an earlier plan built (same prims, same
+    outputs) is taken from it, only the new ones are built (a large model's plan takes a minute)."""
+    made = {(c.nodes, c.outputs): k for c, k in zip(plan.kernels, built.kernels)}
+
+    def build(p: Plan) -> Executable:
+        todo = [c for c in p.kernels if (c.nodes, c.outputs) not in made]
+        if todo:
+            kernels, _ = tgt.build(g, dataclasses.replace(p, kernels=tuple(todo), regions=()), measured, ext)
+            made.update(zip(((c.nodes, c.outputs) for c in todo), _adapted(kernels)))
+        return _executable(tgt, g, p, [made[(c.nodes, c.outputs)] for c in p.kernels])
+
+    return build
 
 
 def _executable(tgt: targets.Target, g: Graph, plan: Plan, kernels: list) -> Executable:

@@ -26,7 +26,8 @@ from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.strategies import orchestrate
 from kernorch.runtime.executable import Executable
 
-PROFILE_CALLS = 12  # calls timed step by step per round
+PROFILE_CALLS = 12  # calls timed step by step per plan (fewer past PROFILE_S, at least 3)
+PROFILE_S = 1.0
 
 
 def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: Knobs, feeds,
@@ -66,7 +67,8 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
 def _priced_in_call(plan: Plan, built: Executable, measured, feeds) -> tuple[Plan, float]:
     """(``plan`` with its kernels' in-call times as costs, seconds per call); the executable's
     kernel infos get the same times."""
-    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, [measured.hot(c) or 0.0 for c in plan.kernels])
+    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, [measured.hot(c) or 0.0 for c in plan.kernels],
+                                               PROFILE_S)
     for info, t in zip(built.infos, per_kernel):
         info.seconds = t
     return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), call_s

@@ -124,7 +124,7 @@ def test_a_kernel_slow_in_context_is_replaced_and_the_fastest_plan_kept(monkeypa
 
     def executable(plan):
         times = [in_model[c.nodes] for c in plan.kernels]
-        return SimpleNamespace(profile_in_call=lambda feeds, n, w: (times, sum(times)),
+        return SimpleNamespace(profile_in_call=lambda feeds, n, w, s: (times, sum(times)),
                                infos=[SimpleNamespace(seconds=None) for _ in plan.kernels], total=sum(times))
 
     built = []
