@@ -1,7 +1,7 @@
 """Pricing in context: kernels are priced alone, hot in cache, but run in a model after other
-kernels that evicted their weights, next to Python dispatch and buffer adoption. Measured on
-EfficientViT-B0, its plan's kernels took 1.2-3x their prices inside the model, unevenly, so the
-solver compared numbers that were not the model's.
+kernels that evicted their weights, next to Python dispatch and buffer adoption, and take longer
+there, unevenly (``model.summary()`` and the bench's kn-own table show a plan priced both ways),
+so a solver on prices timed alone compares numbers that are not the model's.
 
 So a measured compile builds its plan and times every kernel *inside* real calls of it
 (``Executable.profile_in_call``), prices those kernels at what they took there and every other
