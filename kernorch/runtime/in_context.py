@@ -28,6 +28,7 @@ from kernorch.runtime.executable import Executable
 
 PROFILE_CALLS = 12  # calls timed step by step per plan (fewer past PROFILE_S, at least 3)
 PROFILE_S = 1.0
+RACE_ROUNDS, RACE_S = 7, 0.1  # the plans tried, raced end to end: at least this many rounds and seconds
 
 
 def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: Knobs, feeds,
@@ -59,7 +60,7 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
         return tried[0]
     # Profiles taken one after the other differ by the machine's drift: race the plans
     # interleaved, and price the winner again now, as the compile is about to time it.
-    med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds)
+    med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds, RACE_ROUNDS, RACE_S)
     plan, built = tried[int(min(med, key=med.__getitem__))]
     return _priced_in_call(plan, built, measured, feeds)[0], built
 

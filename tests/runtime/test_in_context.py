@@ -135,7 +135,7 @@ def test_a_kernel_slow_in_context_is_replaced_and_the_fastest_plan_kept(monkeypa
 
     raced = {}
 
-    def race(runs, feeds):
+    def race(runs, feeds, rounds, seconds):
         raced.update(runs)
         return {k: ex.total for k, ex in runs.items()}
 
