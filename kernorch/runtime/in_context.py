@@ -37,15 +37,16 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     ``built``), with its in-context kernel times as its costs. ``measured``: the compile's
     PricedCandidates (every candidate the solver may pick is already priced; nothing is
     measured here). Records the rounds in ``rep.context_rounds``."""
-    rep.priced_hot_s = sum(measured.hot(c) or 0.0 for c in plan.kernels)
+    rep.priced_hot_s = sum(_hot(plan, measured))
     tried: list[tuple[Plan, Executable]] = []
     done: set[frozenset] = set()
     fallback, measured.fallback = measured.fallback, (lambda c: None)  # never measure here
     try:
         for r in range(max(1, knobs.context_rounds)):
-            priced, call_s = _priced_in_call(plan, built, measured, feeds)
+            hot = _hot(plan, measured)
+            priced, call_s = _priced_in_call(plan, built, hot, feeds)
             tried.append((priced, built))
-            rep.context_rounds.append((len(plan.kernels), sum(measured.hot(c) or 0.0 for c in plan.kernels), call_s))
+            rep.context_rounds.append((len(plan.kernels), sum(hot), call_s))
             if r + 1 == knobs.context_rounds:
                 break
             done.add(_identity(plan))
@@ -62,14 +63,18 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     # interleaved, and price the winner again now, as the compile is about to time it.
     med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds, RACE_ROUNDS, RACE_S)
     plan, built = tried[int(min(med, key=med.__getitem__))]
-    return _priced_in_call(plan, built, measured, feeds)[0], built
+    return _priced_in_call(plan, built, _hot(plan, measured), feeds)[0], built
 
 
-def _priced_in_call(plan: Plan, built: Executable, measured, feeds) -> tuple[Plan, float]:
+def _hot(plan: Plan, measured) -> list[float]:
+    """The plan's kernel prices timed alone (0 where unknown)."""
+    return [measured.hot(c) or 0.0 for c in plan.kernels]
+
+
+def _priced_in_call(plan: Plan, built: Executable, hot: list[float], feeds) -> tuple[Plan, float]:
     """(``plan`` with its kernels' in-call times as costs, seconds per call); the executable's
-    kernel infos get the same times."""
-    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, [measured.hot(c) or 0.0 for c in plan.kernels],
-                                               PROFILE_S)
+    kernel infos get the same times. ``hot``: the prices timed alone, to share native runs."""
+    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, hot, PROFILE_S)
     for info, t in zip(built.infos, per_kernel):
         info.seconds = t
     return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), call_s
