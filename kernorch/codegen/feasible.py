@@ -1,7 +1,8 @@
 """Which candidate kernels the code generator can produce, with a reason when it cannot.
 
 Cheap and compile-free: the orchestrator asks for every candidate. A candidate is one of
-- a C kernel: elementwise, reduce, broadcast and layout prims only;
+- a C kernel: elementwise, reduce, broadcast and layout prims, and convolutions with few taps
+  per output (stencil.py);
 - a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
 - an opaque kernel: exactly one OPAQUE prim.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable, Iterable, Sequence
 
+from kernorch.codegen import stencil
 from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
 from kernorch.errors import KernorchError
 from kernorch.ir import index as ix
@@ -53,15 +55,21 @@ def kernel_prims(g: Graph, members: Iterable[int]) -> list[Prim]:
 
 
 def kernel_kind(g: Graph, members: set[int], outputs: Sequence[int],
-                why: Callable[[Graph, set[int], Sequence[int]], str | None]) -> Kind | None:
+                why: Callable[[Graph, set[int], Sequence[int]], str | None], generator: str = "C") -> Kind | None:
     """How a target builds this kernel: Kind.OPAQUE (the node kept whole), Kind.LINEAR (a vendor
-    library call) or None (generated code); raises CannotGenerate with ``why``'s reason when the
+    library call) or None (generated code: memory-bound prims, and convolutions the C generator
+    writes out as stencils, stencil.py); raises CannotGenerate with ``why``'s reason when the
     target's code generator cannot."""
     reason = why(g, members, outputs)
     if reason is not None:
         raise CannotGenerate(reason)
-    kinds = {p.kind for p in kernel_prims(g, members)}
-    return Kind.OPAQUE if Kind.OPAQUE in kinds else Kind.LINEAR if Kind.LINEAR in kinds else None
+    prims = kernel_prims(g, members)
+    kinds = {p.kind for p in prims}
+    if Kind.OPAQUE in kinds:
+        return Kind.OPAQUE
+    if Kind.LINEAR in kinds and not (generator == "C" and _stencils(g, prims)):
+        return Kind.LINEAR
+    return None
 
 
 def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator: str = "C",
@@ -86,7 +94,7 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
         if len(members) == 1:
             return None
         return f"opaque prim {_name(g, kernel_prims(g, members), Kind.OPAQUE)} must be alone in its kernel"
-    if Kind.LINEAR in kinds:
+    if Kind.LINEAR in kinds and not (generator == "C" and _stencils(g, kernel_prims(g, members))):
         from kernorch.codegen import linear
 
         return linear.why_not(g, members, outputs)
@@ -98,6 +106,11 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
         if info.prim_reason[key] is not None:
             return info.prim_reason[key]
     return None
+
+
+def _stencils(g: Graph, prims: list[Prim]) -> bool:
+    """Every linear prim is a convolution the C generator writes out tap by tap."""
+    return all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR)
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 
 from kernorch.codegen import indexing
 from kernorch.codegen.toolchain import default_threads
-from kernorch.codegen.feasible import CannotGenerate, kernel_prims, why_not
+from kernorch.codegen.feasible import CannotGenerate, kernel_kind, why_not
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.lower_base import KernelLowerer, accumulator_dtype, identity
 from kernorch.codegen.schedule import Stage, interchange, make_schedule, transposed_dim, work
@@ -62,7 +62,7 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     raises CannotGenerate with the reason otherwise."""
     members = set(members)
     reason = why_not(g, members, outputs)
-    if reason is None and any(p.kind in (Kind.LINEAR, Kind.OPAQUE) for p in kernel_prims(g, members)):
+    if reason is None and kernel_kind(g, members, outputs, why_not) is not None:
         reason = "linear and opaque kernels are not C kernels"
     if reason is not None:
         raise CannotGenerate(reason)

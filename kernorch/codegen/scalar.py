@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from kernorch.codegen import indexing
+from kernorch.codegen import indexing, stencil
 from kernorch.codegen.kernel import Let
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
@@ -129,6 +129,10 @@ class Inliner:
         self.body, self.leaf = body, leaf
         self.visited: set[int] = set()
         self._memo: dict[tuple, str] = {}
+        # Values computed inside convolution windows, and at how many indices each (the
+        # scheduler stores a costly prologue read by overlapping windows instead of recomputing it).
+        self.stencil_depth = 0
+        self.repeats: dict[int, int] = {}
 
     def value(self, v: int, idx: Sequence[Expr]) -> str:
         idx = tuple(idx)
@@ -137,6 +141,8 @@ class Inliner:
         if name is None:
             if v in self.inline:
                 self.visited.add(v)
+                if self.stencil_depth:
+                    self.repeats[v] = self.repeats.get(v, 0) + 1
                 name = self.compute(self.producers[v], idx)
             else:
                 name = self.leaf(v, idx, self.body)
@@ -166,6 +172,8 @@ class Inliner:
             return self._concat(p, idx)
         if p.op is Op.GATHER:
             return self._gather(p, idx)
+        if p.op is Op.CONV:
+            return stencil.value(self, p, idx)
         raise NotImplementedError(f"{p.op.value} cannot be inlined")
 
     def _gather(self, p: Prim, idx: tuple[Expr, ...]) -> str:

@@ -27,11 +27,11 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from kernorch.codegen import indexing
+from kernorch.codegen import indexing, stencil
 from kernorch.codegen.scalar import WEIGHT, Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Prim
+from kernorch.ir.prims import Kind, Op, Prim
 
 PAR_PER_THREAD = 8  # outer iterations per thread that make static scheduling balance well
 VEC_TARGET = 256  # inner contiguous elements that make SIMD loops efficient
@@ -52,6 +52,7 @@ class Stage:
     reads: list[tuple[int, tuple]] = field(default_factory=list)  # materialized (value, natural index)
     natural: tuple[int, ...] = ()  # analysis variable of each dim of ``shape``
     visited: set[int] = field(default_factory=set)  # inlined values
+    repeats: dict[int, int] = field(default_factory=dict)  # inlined values read at several window taps
     tdim: int | None = None  # a dim along which some load is contiguous while the last dim is not
 
 
@@ -136,7 +137,7 @@ def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars) -> list[Stage]
             inl.value(p.inputs[0], idx)
         else:
             inl.compute(p, idx)
-        st.visited = inl.visited
+        st.visited, st.repeats = inl.visited, inl.repeats
         dims = [d for d, n in enumerate(shape) if n != 1]
         if not st.reduce:
             t = transposed_dim([ix.var(st.natural[d]) for d in dims], loads)
@@ -169,13 +170,13 @@ def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> tu
     reduction, or read by overlapping windows). Returns (value, work saved by storing it)."""
     weight: dict[int, int] = {}
     for p in prims:
-        w = WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else 0
+        w = WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else stencil.weight(g, p) if p.op is Op.CONV else 0
         weight[p.output] = w + sum(weight.get(a, 0) for a in p.inputs if a in producers and a not in mat)
     evals: dict[int, float] = {}
     for st in stages:
         n = math.prod(st.shape)
         for v in st.visited:
-            evals[v] = evals.get(v, 0.0) + n / g.types[v].size
+            evals[v] = evals.get(v, 0.0) + n * st.repeats.get(v, 1) / g.types[v].size
     best = None
     for p in prims:
         v = p.output

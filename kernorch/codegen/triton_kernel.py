@@ -247,7 +247,7 @@ def build_cuda(g: Graph, members: Iterable[int], outputs: Sequence[int], device:
     env = env or Env.read()
     device = device or cuda_device(env)
     members = set(members)
-    kind = kernel_kind(g, members, outputs, why_not_triton)
+    kind = kernel_kind(g, members, outputs, why_not_triton, "Triton")
     if kind is Kind.OPAQUE:
         return CudaOpaqueKernel(g, members, device)
     if kind is Kind.LINEAR:

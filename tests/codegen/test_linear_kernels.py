@@ -1,6 +1,6 @@
 """Linear kernels run through PyTorch: matmul / batched matmul with a transposed operand view,
-bias adds, convolutions (asymmetric pads, groups), transposed convolutions; and what
-can_generate refuses around them."""
+bias adds, convolutions (asymmetric pads, groups) with more taps than a C stencil takes,
+transposed convolutions; and what can_generate refuses around them."""
 
 import numpy as np
 import pytest
@@ -47,17 +47,17 @@ def _matmul_broadcast_batch():
 
 
 def _conv(pads=(1, 1, 1, 1), groups=1, bias=True, strides=(1, 1)):
-    b = Builder()
-    x = b.input((2, 4, 9, 10))
-    w = b.constant(np.random.default_rng(1).standard_normal((6, 4 // groups, 3, 3)).astype(np.float32))
-    bb = b.constant(np.arange(6, dtype=np.float32)) if bias else None
+    b = Builder()  # 16 input channels per group and more: past what the C generator writes out as a stencil
+    x = b.input((2, 16 * groups, 9, 10))
+    w = b.constant(np.random.default_rng(1).standard_normal((6 * groups, 16, 3, 3)).astype(np.float32))
+    bb = b.constant(np.arange(6 * groups, dtype=np.float32)) if bias else None
     return finish(b, b.conv(x, w, bb, ConvAttrs(strides, pads, (1, 1), groups)))
 
 
 def _conv_bias_add():
     b = Builder()
-    x = b.input((1, 3, 8, 8))
-    w = b.constant(np.random.default_rng(2).standard_normal((5, 3, 3, 3)).astype(np.float32))
+    x = b.input((1, 8, 8, 8))
+    w = b.constant(np.random.default_rng(2).standard_normal((5, 8, 3, 3)).astype(np.float32))
     y = b.conv(x, w, None, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
     bias = b.reshape(b.constant(np.arange(5, dtype=np.float32)), (1, 5, 1, 1))
     return finish(b, b.binary(Op.ADD, y, bias))
@@ -125,3 +125,30 @@ def test_linear_refusals_name_the_reason():
     flipped = b.view(w, layout.flip((8, 3), (0,)))
     g, members, outs = finish(b, b.matmul(x, flipped))
     assert "not a strided view" in codegen.why_not(g, members, outs)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("add", [None, "residual", "per_channel", "per_column"])
+def test_pointwise_conv_is_a_gemm_on_nchw(bias, add):
+    """A 1x1 convolution (80 input channels: past a C stencil) runs as addmm into the planned
+    output, taking a residual or per-channel add with it; other adds take the general path."""
+    rng = np.random.default_rng(0)
+    b = Builder()
+    x = b.input((1, 80, 5, 7))
+    w = b.constant(rng.standard_normal((12, 80, 1, 1)).astype(np.float32))
+    bb = b.constant(rng.standard_normal(12).astype(np.float32)) if bias else None
+    y = b.conv(x, w, bb, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
+    if add == "residual":
+        y = b.binary(Op.ADD, y, b.input((1, 12, 5, 7)))
+    elif add == "per_channel":
+        y = b.binary(Op.ADD, b.reshape(b.constant(rng.standard_normal(12).astype(np.float32)), (12, 1, 1)), y)
+    elif add == "per_column":
+        y = b.binary(Op.ADD, y, b.input((1, 1, 1, 7)))
+    g, members, outputs = finish(b, y)
+    kernel = codegen.build_kernel(g, members, outputs)
+    assert kernel.provider == "linear" and kernel.pointwise
+    taken = []
+    gemm = kernel._pointwise_gemm
+    kernel._pointwise_gemm = lambda *a: taken.append(gemm(*a)) or taken[-1]
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+    assert taken == [add != "per_column"]

@@ -242,7 +242,7 @@ def test_a_generated_kernel_is_verified_timed_on_the_reference_data_and_stored(t
     assert m(cand) == pytest.approx(1e-4 + 25e-6)
     assert fake.batches == [[[n, e]]] and m.timer.who == ["omp"] and progress == [(1, 1)]
     assert fake.envs == [(1, m.env)]
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec == measure.priced("codegen:omp", SETTLED, 7e-5)
     assert m.best[m.key(cand)] == rec
     assert (m.stats.measured, m.stats.cached, m.stats.failed, m.stats.disturbed, m.stats.max_load) == (1, 0, 0, 1, 0.5)
@@ -282,7 +282,7 @@ def test_a_failed_generated_kernel_is_recorded_and_counted(tmp_path, monkeypatch
 
     m, fake = _measurer(tmp_path, monkeypatch, g, FakeCodegen(make=make))
     assert m(cand) is None
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec.status == status and rec.seconds is None and rec.detail.startswith(detail.format(e=e))
     assert rec.provider == ("codegen" if how.startswith("build") else "codegen:c")
     assert m.stats.failed == 1 and m.stats.failures == [f"{m.key(cand)[:12]} {rec.provider} {status}: {rec.detail}"]
@@ -306,7 +306,7 @@ def test_a_failed_batch_is_built_again_one_by_one(tmp_path, monkeypatch):
     assert fake.batches == [[[n], [e], [n, e]], [[n]], [[e]], [[n, e]]]
     assert fake.envs == [(1, m.env)] * 4
     assert m(cands[0]) is not None and m(cands[2]) is not None and m(cands[1]) is None
-    (rec,) = m.db.get(m.key(cands[1]), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cands[1]), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "build_failed", "exp is broken")
 
 
@@ -318,7 +318,7 @@ def test_kernels_the_generator_cannot_build_are_left_out_of_the_batch(tmp_path, 
     m.prefetch(cands)
     assert sorted(fake.batches) == [[[n]], [[n, e]]]
     assert m(cands[0]) is not None and m(cands[2]) is not None and m(cands[1]) is None
-    (rec,) = m.db.get(m.key(cands[1]), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cands[1]), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "cannot_generate", "no provider can run it")
 
 
@@ -343,7 +343,7 @@ def test_a_failing_reference_interpreter_records_why(tmp_path, monkeypatch):
 
     monkeypatch.setattr(measure.oracle, "reference", broken)
     assert m(cand) is None
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status) == ("codegen", "build_failed")
     assert rec.detail == "reference interpreter failed: interpreter broke"
 
@@ -402,7 +402,7 @@ def test_a_linear_kernel_is_priced_by_providers_and_the_own_pool_is_preferred(tm
     assert [p.name for p in m.kernel_providers(cand)] == ["torch", "onednn"]
     m.timer = _timer_by_name({"ort": 1e-4, "torch": 3e-4, "onednn": 1e-5})
     assert m(cand) == pytest.approx(3e-4 + 25e-6)  # ort is cheaper, but on a pool of its own
-    recs = m.db.get(m.key(cand), m.target, "c3")
+    recs = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)
     assert set(recs) == {"torch", "onednn"}  # ort was not asked: an own-pool provider can run it
     assert recs["torch"] == measure.priced("torch", Measurement.exact(3e-4), 3e-6)
     assert recs["onednn"].status == "verify_failed" and recs["onednn"].detail.startswith("output %")
@@ -418,7 +418,7 @@ def test_a_foreign_pool_provider_runs_what_the_own_pool_cannot(tmp_path, monkeyp
     m.timer = _timer_by_name({"ort": 1e-4})
     # its price carries the switch to its pool and back, which its isolated timing never sees
     assert m(cand) == pytest.approx(1e-4 + 25e-6 + measure.POOL_SWITCH_S)
-    assert set(m.db.get(m.key(cand), m.target, "c3")) == {"ort"}  # the refusal is not stored
+    assert set(m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)) == {"ort"}  # the refusal is not stored
     region = measure.REGION_PREFIX + m.key(cand)  # a region's timing includes its one switch
     m._remember(region, {"ort": Record("ort", 1e-4, "ok")})
     assert m._memo[region] == pytest.approx(1e-4 + 25e-6)
@@ -436,7 +436,7 @@ def test_generated_and_provider_kernels_compete(tmp_path, monkeypatch):
     m, fake = _measurer(tmp_path, monkeypatch, g, FakeCodegen(make=lambda *it: LinearKernel(*it)), providers=provs)
     m.timer = _timer_by_name({"c": 2e-4, "torch": 3e-4})
     assert m(cand) == pytest.approx(2e-4 + 25e-6)
-    assert set(m.db.get(m.key(cand), m.target, "c3")) == {"codegen:c", "torch"}
+    assert set(m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)) == {"codegen:c", "torch"}
     m.kernel_overhead_s = 0.0
     m._remember(m.key(cand), {"torch": Record("torch", 1e-4, "ok"), "codegen:c": Record("codegen:c", 2e-4, "ok")})
     assert m._memo[m.key(cand)] == 1e-4
@@ -493,7 +493,7 @@ def test_a_region_is_priced_by_whole_graph_providers_only(tmp_path, monkeypatch)
     key = m.region_key(cand)
     assert key == "region:" + m.key(cand)
     assert m.region(cand) == pytest.approx(5e-4 + 25e-6)
-    recs = m.db.get(key, m.target, "c3")
+    recs = m.db.get(key, m.target, measure.CODEGEN_VERSION)
     assert set(recs) == {"ort", "openvino"} and recs["ort"].roofline_s == 2e-6
     assert recs["openvino"].status == "verify_failed"
     assert (m.stats.measured, m.stats.failed, fake.batches) == (1, 0, [])
@@ -507,7 +507,7 @@ def test_a_region_nobody_can_run_is_not_a_failure(tmp_path, monkeypatch):
     (cand,) = _cands(g, [mm, r])
     m, _ = _measurer(tmp_path, monkeypatch, g, providers=[TorchLike("torch", own_pool=True)])
     assert m.region(cand) is None and m.stats.failed == 0
-    (rec,) = m.db.get(m.region_key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.region_key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "cannot_generate", "no provider runs whole regions")
 
 
@@ -521,7 +521,7 @@ def test_a_region_whose_reference_fails_records_why(tmp_path, monkeypatch):
 
     monkeypatch.setattr(measure.oracle, "reference", broken)
     assert m.region(cand) is None
-    (rec,) = m.db.get(m.region_key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.region_key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "cannot_generate",
                                                       "reference interpreter failed: no oracle")
 
@@ -542,7 +542,7 @@ def test_a_region_still_doubtful_after_the_rounds_is_stored_flagged(tmp_path, mo
     m.timer = Timer(UNSETTLED_M)
     m.region(cand)
     assert len(m.timer.who) == 1 + measure.REMEASURE_ROUNDS
-    (rec,) = m.db.get(m.region_key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.region_key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert UNSETTLED in rec.flag_set
 
 
@@ -559,7 +559,7 @@ def test_require_quiet_names_the_count_and_the_load(tmp_path, monkeypatch):
         m.prefetch(cands)
     assert str(err.value).startswith("2 kernel(s) could not be timed without interference (other processes kept "
                                      "1.5 cores busy); their prices were not stored.")
-    assert m.db.get(m.key(cands[0]), m.target, "c3") == {}
+    assert m.db.get(m.key(cands[0]), m.target, measure.CODEGEN_VERSION) == {}
 
 
 def test_far_above_the_roofline_stays_flagged_when_stored(tmp_path, monkeypatch):
@@ -568,7 +568,7 @@ def test_far_above_the_roofline_stays_flagged_when_stored(tmp_path, monkeypatch)
     m, _ = _measurer(tmp_path, monkeypatch, g, roofline=lambda c: 1e-7)
     m.timer = Timer(Measurement(5e-3, 5e-3, 0.0, 5, 0))
     assert m(cand) == pytest.approx(5e-3 + 25e-6)
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec.flag_set == {FAR_ABOVE_ROOFLINE} and m.stats.unsettled == 0 and m.stats.remeasured == 1
 
 
@@ -587,7 +587,7 @@ def test_a_cluster_measures_and_this_process_stores(tmp_path, monkeypatch):
     m.prefetch(cands)
     assert asked == [(m, [m.key(c) for c in cands])] and fake.batches == []
     assert [m(c) for c in cands] == [1e-3, 1e-3]
-    assert m.db.get(m.key(cands[1]), m.target, "c3")["codegen:c"].seconds == 1e-3
+    assert m.db.get(m.key(cands[1]), m.target, measure.CODEGEN_VERSION)["codegen:c"].seconds == 1e-3
     m.prefetch(cands)
     assert len(asked) == 1  # nothing left to measure
 
