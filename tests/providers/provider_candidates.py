@@ -106,8 +106,18 @@ def reflect_pad_depthwise_conv():
     return b.g, [p.output for p in b.g.prims], [r]
 
 
+def pointwise_conv_clamp():
+    """A 1x1 convolution of one image, then a clamp: a GEMM on NCHW for the eager variant."""
+    b = Builder()
+    x = b.input((1, 12, 5, 6))
+    y = b.conv(x, b.constant(_w(7, 12, 1, 1)), b.constant(_w(7)), ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
+    r = b.binary(Op.MIN, b.unary(Op.RELU, y), b.scalar(6.0))
+    b.g.outputs = [r]
+    return b.g, [p.output for p in b.g.prims], [r]
+
+
 LINEAR = {"conv_bias_relu": conv_bias_relu, "conv_then_bias_add": conv_then_bias_add, "matmul_add": matmul_add,
           "batched_matmul_add_two_outputs": batched_matmul_add_two_outputs, "pad_conv": pad_conv,
-          "reflect_pad_depthwise_conv": reflect_pad_depthwise_conv}
+          "reflect_pad_depthwise_conv": reflect_pad_depthwise_conv, "pointwise_conv_clamp": pointwise_conv_clamp}
 OTHER = {"softmax": softmax, "layer_norm": layer_norm, "transpose_add": transpose_add}
 ALL = {**LINEAR, **OTHER}

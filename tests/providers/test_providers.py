@@ -52,7 +52,8 @@ def test_candidate_matches_interpreter(cand, name):
 
 
 @pytest.mark.parametrize("cand,note", [("pad_conv", "pad folded into conv"), ("matmul_add", "matmul + bias as addmm"),
-                                       ("conv_then_bias_add", "bias add folded into conv")])
+                                       ("conv_then_bias_add", "bias add folded into conv"),
+                                       ("pointwise_conv_clamp", "1x1 convolution as a GEMM")])
 def test_torch_fusions_are_taken(cand, note):
     g, members, outputs = C.ALL[cand]()
     built = TorchProvider("eager", threads=1).build(g, members, outputs)
