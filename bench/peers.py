@@ -330,13 +330,18 @@ def rel_error(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
     return err / max(scale, 1e-12)
 
 
+LEAD_S = 0.1  # untimed calls before each sample (see interleaved)
+
+
 def interleaved(runners: dict[str, Runner], repeats: int, min_sample_s: float, warmup_s: float,
                 log: Callable[[str], None] = lambda s: None,
                 errors: Optional[dict[str, str]] = None) -> dict[str, list[float]]:
     """Median-ready samples (seconds per call) for every runner, round-robin per repetition; the
     starting runner rotates so no runtime always follows the same one. Each sample is preceded
-    by one untimed call: thread pools that slept while another runtime ran wake up first. A
-    runner that raises is dropped and its error put in ``errors``."""
+    by untimed calls for LEAD_S (at least one): thread pools that slept while another runtime ran
+    wake up first, and the previous runtime's spinning threads stop stealing cores (onnxruntime's
+    spin for ~90 ms after its last call: the call right after them ran 2x slower). A runner that
+    raises is dropped and its error put in ``errors``."""
     errors = {} if errors is None else errors
     number = {}
     for name, r in runners.items():
@@ -359,7 +364,10 @@ def interleaved(runners: dict[str, Runner], repeats: int, min_sample_s: float, w
                 continue
             fn, n = runners[name].call, number[name]
             try:
+                lead = time.perf_counter()
                 fn()
+                while time.perf_counter() - lead < LEAD_S:
+                    fn()
                 t = time.perf_counter()
                 for _ in range(n):
                     fn()
