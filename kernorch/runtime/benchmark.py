@@ -112,10 +112,11 @@ def baselines(source: Any, threads: int, openvino: bool = True) -> tuple[dict[st
     return runs, skipped
 
 
-# A runtime's turn in a round: untimed calls for LEAD_S first (onnxruntime's and OpenVINO's threads
-# keep spinning for a while after their call: one call right after another runtime's measured that
-# runtime's spinning pool, up to 2x on a 0.05 ms model), then timed calls for about TURN_S.
-LEAD_S = 1e-3
+# A runtime's turn in a round: untimed calls for LEAD_S first, then timed calls for about TURN_S.
+# onnxruntime's threads keep spinning for ~90 ms after its last call (measured on EfficientViT-B0:
+# kernorch's calls in that window ran 2x slower; OpenVINO's pool spins too), so a shorter lead
+# timed the next runtime in the wake of the previous one's pool.
+LEAD_S = 0.1
 TURN_S = 5e-3
 
 

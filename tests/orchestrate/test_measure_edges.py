@@ -186,20 +186,20 @@ def test_long_failure_messages_are_cut_to_300_characters(tmp_path, monkeypatch):
     (cand,) = _cands(g, [n, e])
     m, _ = _measurer(tmp_path, monkeypatch, g, FakeCodegen(make=lambda *it: FakeKernel(*it, crash=OSError("x" * 400))))
     m(cand)
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec.status == "run_failed" and rec.detail == ("OSError: " + "x" * 400)[:300]
     assert len(m.stats.failures[0]) <= 400 + 13  # key prefix, then at most 400 characters
 
     _broken_reference(monkeypatch, "y" * 400)
     m, _ = _measurer(tmp_path / "a", monkeypatch, g)
     m(cand)
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec.status == "build_failed" and rec.detail == ("reference interpreter failed: " + "y" * 400)[:300]
     gl, mm, r, s = _linear()
     (lin,) = _cands(gl, [mm, r])
     m, _ = _measurer(tmp_path / "b", monkeypatch, gl, providers=[TorchLike("ort")])
     m.region(lin)
-    (rec,) = m.db.get(m.region_key(lin), m.target, "c3").values()
+    (rec,) = m.db.get(m.region_key(lin), m.target, measure.CODEGEN_VERSION).values()
     assert rec.detail == ("reference interpreter failed: " + "y" * 400)[:300]
 
 
@@ -212,7 +212,7 @@ def test_a_failing_reference_leaves_providers_unasked(tmp_path, monkeypatch):
     m, _ = _measurer(tmp_path, monkeypatch, g, FakeCodegen(can=lambda ms: False), providers=[p])
     _broken_reference(monkeypatch, "no oracle")
     assert m(cand) is None and p.runs == []
-    (rec,) = m.db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert (rec.provider, rec.status, rec.detail) == ("codegen", "cannot_generate", "no provider can run it")
 
 
@@ -231,7 +231,7 @@ def test_providers_are_not_tried_on_kernels_without_a_linear_prim(tmp_path, monk
 
     m, _ = _measurer(tmp_path, monkeypatch, g, providers=[Anything()])
     m(cand)
-    assert set(m.db.get(m.key(cand), m.target, "c3")) == {"codegen:c"}
+    assert set(m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)) == {"codegen:c"}
 
 
 def test_providers_that_are_missing_or_cannot_look_leave_no_record(tmp_path, monkeypatch):
@@ -247,7 +247,7 @@ def test_providers_that_are_missing_or_cannot_look_leave_no_record(tmp_path, mon
     m, _ = _measurer(tmp_path, monkeypatch, g, FakeCodegen(can=lambda ms: False), providers=provs)
     m.timer = _timer_by_name({"torch": 1e-4})
     assert m(cand) is not None
-    assert set(m.db.get(m.key(cand), m.target, "c3")) == {"torch"}
+    assert set(m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)) == {"torch"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_region_statistics_add_up(tmp_path, monkeypatch):
     m.region(a)
     m.region(b)
     assert (m.stats.measured, m.stats.seconds) == (2, 2.0)  # one tick each
-    assert m.db.get(m.region_key(a), m.target, "c3")["ort"].roofline_s == 2e-6
+    assert m.db.get(m.region_key(a), m.target, measure.CODEGEN_VERSION)["ort"].roofline_s == 2e-6
     m2, _ = _measurer(tmp_path, monkeypatch, g, providers=provs)
     m2.region(a)
     m2.region(b)
@@ -288,7 +288,7 @@ def test_a_failure_lists_every_providers_record(tmp_path, monkeypatch):
     m, _ = _measurer(tmp_path, monkeypatch, g, fake, providers=[TorchLike("torch", own_pool=True, wrong=True)])
     assert m(cand) is None
     (line,) = m.stats.failures
-    recs = m.db.get(m.key(cand), m.target, "c3")
+    recs = m.db.get(m.key(cand), m.target, measure.CODEGEN_VERSION)
     parts = [f"{p} verify_failed: {recs[p].detail}" for p in ("codegen:c", "torch")]
     assert recs["torch"].detail.startswith("output %") and line == f"{m.key(cand)[:12]} {parts[0]}; {parts[1]}"
 
@@ -326,7 +326,7 @@ def test_remeasure_statistics_add_up(tmp_path, monkeypatch):
     m.db = type(m.db)(tmp_path / "other.sqlite")
     m.prefetch([a])
     assert m.stats.unsettled == 2
-    assert isinstance(m.db.get(m.key(a), m.target, "c3")["codegen:c"], Record)
+    assert isinstance(m.db.get(m.key(a), m.target, measure.CODEGEN_VERSION)["codegen:c"], Record)
 
 
 # ---------------------------------------------------------------------------------------------

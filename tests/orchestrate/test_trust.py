@@ -5,7 +5,7 @@ import pytest
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op
-from kernorch.orchestrate import trust
+from kernorch.orchestrate import measure, trust
 from kernorch.orchestrate.candidate import multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.measure import MeasuredCost
@@ -57,7 +57,7 @@ def test_an_unsettled_price_is_measured_again_and_the_settled_one_stored(tmp_pat
     m, cand, db = _measure(tmp_path, timer)
     assert m(cand) == pytest.approx(1e-4 + m.kernel_overhead_s)
     assert m.stats.remeasured == 1 and m.stats.unsettled == 0 and m.stats.disturbed == 21
-    (rec,) = db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert rec.seconds == 1e-4 and rec.flags == "" and rec.samples == 5 and rec.disturbed == 1
 
 
@@ -67,7 +67,7 @@ def test_a_price_that_never_settles_is_stored_flagged_after_bounded_retries(tmp_
     assert m(cand) is not None
     assert timer.calls == 2  # first attempt + one round: a round that settles nothing ends the rounds
     assert m.stats.unsettled == 1
-    (rec,) = db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert UNSETTLED in rec.flag_set and rec.load == 1.0
 
 
@@ -75,7 +75,7 @@ def test_require_quiet_refuses_to_store_an_unsettled_price(tmp_path):
     m, cand, db = _measure(tmp_path, ScriptedTimer(UNSETTLED_M), require_quiet=True)
     with pytest.raises(KernorchError, match="could not be timed without interference"):
         m(cand)
-    assert db.get(m.key(cand), m.target, "c3") == {}
+    assert db.get(m.key(cand), m.target, measure.CODEGEN_VERSION) == {}
 
 
 def test_a_price_far_above_its_roofline_is_remeasured_then_flagged(tmp_path):
@@ -84,7 +84,7 @@ def test_a_price_far_above_its_roofline_is_remeasured_then_flagged(tmp_path):
     m, cand, db = _measure(tmp_path, timer, roofline=lambda c: 1e-6)
     m(cand)
     assert timer.calls == 2
-    (rec,) = db.get(m.key(cand), m.target, "c3").values()
+    (rec,) = db.get(m.key(cand), m.target, measure.CODEGEN_VERSION).values()
     assert FAR_ABOVE_ROOFLINE in rec.flag_set and rec.roofline_s == 1e-6
     assert "roofline" in trust.doubt(rec)
 
