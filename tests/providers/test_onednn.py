@@ -153,7 +153,7 @@ def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.c1 = torch.nn.Conv2d(8, 8, 3, padding=1)  # 72 taps: past a C stencil
             self.c2 = torch.nn.Conv2d(8, 8, 1)
             self.fc = torch.nn.Linear(8, 5)
 
@@ -163,7 +163,7 @@ def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
             return torch.sigmoid(self.fc(y.mean(dim=(2, 3))))
 
     torch.manual_seed(0)
-    net, x = Net().eval(), torch.randn(2, 3, 10, 10)
+    net, x = Net().eval(), torch.randn(2, 8, 10, 10)
     path = tmp_path / "net.onnx"
     torch.onnx.export(net, (x,), str(path), dynamo=False, input_names=["x"])
     m = kernorch.compile(str(path), threads=2, regions=False, progress=False, db=tmp_path / "db.sqlite",

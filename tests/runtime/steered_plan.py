@@ -72,7 +72,18 @@ def steered_model(g: Graph, *, regions: bool, threads: int = 2) -> tuple[Compile
     def region_cost(cand):  # by kernel key, as measured prices are: equal segments get it too
         return 1e-12 if g.kernel_key(cand.nodes, ordered_outputs(pos, cand)) in cheap else None
 
-    plan = orchestrate(dag, "optimal", RooflineCost().bind(dag), measured.can_generate,
+    library = [p for p in ext if p.name in ("torch", "torch_onednn")]
+
+    def can_generate(cand):  # a convolution joins a kernel only where the libraries can run it too (not
+        # as a C stencil with a prologue only the code generator takes): kernels every turn can serve
+        outs = ordered_outputs(pos, cand)
+        if not measured.can_generate(cand):
+            return False
+        if not any(g.prims[pos[v]].op.value == "conv" for v in cand.nodes if v in pos):
+            return True
+        return any(reason_or_none(p.can_run(g, cand.nodes, outs)) is None for p in library)
+
+    plan = orchestrate(dag, "optimal", RooflineCost().bind(dag), can_generate,
                        lambda c: g.kernel_key(c.nodes, ordered_outputs(pos, c)), knobs,
                        region_cost if regions else None)
     assert (len(plan.regions) >= 2) if regions else not plan.regions, plan.summary()
