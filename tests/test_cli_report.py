@@ -98,9 +98,9 @@ def test_show_prints_the_saved_summary(tmp_path, compiled):
 
 def test_run_compare_is_a_side_by_side_benchmark(tmp_path, compiled):
     out_dir, _, _ = compiled
-    r = kernorch(tmp_path, "run", out_dir, "--compare", "--repeat", "20", "--warmup", "2", "--threads", "1")
+    r = kernorch(tmp_path, "run", out_dir, "--compare", "--repeat", "8", "--warmup", "2", "--threads", "1")
     assert r.returncode == 0, r.stderr
-    assert "benchmark" in r.stdout and "2 warm-up runs, then 20 runs interleaved" in r.stdout
+    assert "benchmark" in r.stdout and "2 warm-up runs, then 8 runs interleaved" in r.stdout
     header = next(ln for ln in r.stdout.splitlines() if ln.startswith("runtime"))
     assert header.split()[:7] == ["runtime", "runs", "median", "ms", "p90", "ms", "p99"]
     rows = {ln.split()[0]: ln.split() for ln in r.stdout.splitlines() if ln.split()[:1] in
@@ -108,7 +108,7 @@ def test_run_compare_is_a_side_by_side_benchmark(tmp_path, compiled):
     assert {"kernorch", "onnxruntime"} <= set(rows)
     for row in rows.values():
         runs, med, p90, p99, lo = int(row[1]), *map(float, row[2:6])
-        assert runs == 20 and 0 < lo <= med <= p90 <= p99
+        assert runs == 8 and 0 < lo <= med <= p90 <= p99
     assert float(rows["onnxruntime"][7]) < 1e-4   # the same outputs as onnxruntime's
     assert re.search(r"kernorch is (\d+\.\d\dx (faster|slower)|as fast)", r.stdout)
 
