@@ -12,19 +12,23 @@ import numpy as np
 import pytest
 
 import kernorch
+from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import MeasuredCost
 from saved_net import net_and_input
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# case -> compile options, and the provider that the case's timer favours (None: roofline costs)
+# case -> compile options, and the provider that the case's timer favours (None: roofline costs).
+# Plans of own kernels skip the in-context rounds (runtime/in_context.py): they race plans by time,
+# which a save/load test does not need, and they cost each of these compiles seconds.
+OWN = dict(regions=False, knobs=Knobs(context_rounds=0))
 CASES = {
     "roofline": (dict(cost="model", regions=False, providers=()), None),  # own kernels only
-    "torch": (dict(providers=("torch",), regions=False), "torch"),
-    "torch_jit": (dict(providers=("torch_jit",), regions=False), "torch_jit"),
-    "ort": (dict(providers=("ort",), regions=False), "ort"),
-    "openvino": (dict(providers=("openvino",), regions=False), "openvino"),
+    "torch": (dict(providers=("torch",), **OWN), "torch"),
+    "torch_jit": (dict(providers=("torch_jit",), **OWN), "torch_jit"),
+    "ort": (dict(providers=("ort",), **OWN), "ort"),
+    "openvino": (dict(providers=("openvino",), **OWN), "openvino"),
     "ort_region": (dict(providers=("ort",)), "ort"),
     "openvino_region": (dict(providers=("openvino",)), "openvino"),
 }
