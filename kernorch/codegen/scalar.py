@@ -162,7 +162,7 @@ class Inliner:
             m = p.attrs.map
             new = [self._sub(e, idx) for e in m.index]
             x = self.value(p.inputs[0], new)
-            ok = self._conds([(self._sub(c.expr, idx), c.lo, c.hi) for c in m.mask])
+            ok = self.conds([(self._sub(c.expr, idx), c.lo, c.hi) for c in m.mask])
             if ok is None:
                 return x
             if ok is False:
@@ -198,7 +198,7 @@ class Inliner:
     def _sub(self, e: Expr, idx: Sequence[Expr]) -> Expr:
         return indexing.normalize(ix.substitute(e, list(idx), self.sizes), self.sizes)
 
-    def _conds(self, conds) -> str | bool | None:
+    def conds(self, conds) -> str | bool | None:
         """AND of ``lo <= e < hi``: None if always true, False if never, else an SSA bool."""
         names = []
         for e, lo, hi in conds:
@@ -232,6 +232,6 @@ class Inliner:
             if result is None:
                 result = x
                 continue
-            c = self._conds([(idx[ax], lo, start + n)])
+            c = self.conds([(idx[ax], lo, start + n)])
             result = x if c is None else self.body.let("select", out, (c, x, result))
         return result

@@ -68,21 +68,23 @@ def value(inl: "Inliner", p: Prim, idx: tuple[ix.Expr, ...]) -> str:
     group = co if per_group == 1 else ix.floordiv(co, per_group, sizes)
     acc: str | None = None
     inl.stencil_depth += 1
-    for ci in range(cpg):
-        chan = normalize(group * cpg + ci, sizes) if cpg > 1 else group
-        for pos in itertools.product(*(range(n_) for n_ in kernel)):
-            spatial = [normalize(o * a.strides[d] + (pos[d] * a.dilations[d] - a.pads[d]), sizes)
-                       for d, o in enumerate(out)]
-            ok = inl._conds([(e, 0, x_shape[2 + d]) for d, e in enumerate(spatial)])
-            if ok is False:
-                continue
-            xv = inl.value(p.inputs[0], [n, chan, *spatial])
-            if ok is not None:
-                xv = b.let("select", b.dtype[xv], (ok, xv, b.imm(0, b.dtype[xv])))
-            wv = inl.value(p.inputs[1], [co, ix.const(ci), *(ix.const(q) for q in pos)])
-            term = elementwise(b, Op.MUL, (xv, wv), dtype)
-            acc = term if acc is None else elementwise(b, Op.ADD, (acc, term), dtype)
-    inl.stencil_depth -= 1
+    try:
+        for ci in range(cpg):
+            chan = normalize(group * cpg + ci, sizes) if cpg > 1 else group
+            for pos in itertools.product(*(range(n_) for n_ in kernel)):
+                spatial = [normalize(o * a.strides[d] + (pos[d] * a.dilations[d] - a.pads[d]), sizes)
+                           for d, o in enumerate(out)]
+                ok = inl.conds([(e, 0, x_shape[2 + d]) for d, e in enumerate(spatial)])
+                if ok is False:
+                    continue
+                xv = inl.value(p.inputs[0], [n, chan, *spatial])
+                if ok is not None:
+                    xv = b.let("select", b.dtype[xv], (ok, xv, b.imm(0, b.dtype[xv])))
+                wv = inl.value(p.inputs[1], [co, ix.const(ci), *(ix.const(q) for q in pos)])
+                term = elementwise(b, Op.MUL, (xv, wv), dtype)
+                acc = term if acc is None else elementwise(b, Op.ADD, (acc, term), dtype)
+    finally:
+        inl.stencil_depth -= 1
     if acc is None:
         acc = b.imm(0, dtype)
     if len(p.inputs) > 2:

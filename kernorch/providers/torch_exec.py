@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kernorch.codegen.linear import pointwise_conv
+from kernorch.codegen.linear import gemm_1x1, pointwise_conv
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim, ValueId
 from kernorch.providers import onednn
@@ -279,12 +279,11 @@ class _Builder:
             self.notes.append("channels_last")
         n_out = self.sub.types[p.output].shape[1]
         if not cl and not any(pads) and pointwise_conv(self.sub, p):  # BLAS on NCHW as it lies (codegen/linear.py)
-            shape, cin = self.sub.types[p.output].shape, self.sub.types[x].shape[1]
+            shape = self.sub.types[p.output].shape
 
             def gemm(e):
-                x2, w2 = e[xs].reshape(cin, -1), e[ws].reshape(n_out, cin)
-                y = torch.mm(w2, x2) if bias_slot is None else torch.addmm(e[bias_slot].reshape(n_out, 1), w2, x2)
-                e[o] = y.view(shape)
+                bias = None if bias_slot is None else e[bias_slot].reshape(n_out, 1)
+                e[o] = gemm_1x1(e[xs], e[ws], bias).view(shape)
             self.notes.append("1x1 convolution as a GEMM")
             return self._place(gemm, p, out_v)
 
