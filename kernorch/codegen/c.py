@@ -8,7 +8,8 @@ Element types: float, double, intN_t, uint8_t for bool (0/1).
 from __future__ import annotations
 
 from kernorch.codegen import literals
-from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.codegen.gemm import HELPERS as GEMM_HELPERS
+from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.ir import index as ix
 
 CTYPE = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -84,7 +85,7 @@ static inline double kn_seld(uint8_t c, double a, double b) {
   union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c;
   r.i = (x.i & m) | (y.i & ~m); return r.f; }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-""" % {"mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+%(gemm)s""" % {"gemm": GEMM_HELPERS, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 
@@ -154,8 +155,17 @@ class _Printer:
             self.flagged.difference_update(flagged)
         elif isinstance(s, Parallel):
             self.parallel(s, d)
+        elif isinstance(s, Call):
+            self.emit(d, f"{s.fn}({', '.join(map(self._arg, s.args))});")
         else:
             raise TypeError(s)
+
+    def _arg(self, a) -> str:
+        if isinstance(a, str):
+            return a
+        if isinstance(a, tuple):
+            return f"({a[0]} + {self.idx(a[1])})"
+        return self.idx(a)
 
     @staticmethod
     def _red(op: str, dtype: str) -> str:

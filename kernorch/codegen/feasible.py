@@ -1,8 +1,8 @@
 """Which candidate kernels the code generator can produce, with a reason when it cannot.
 
 Cheap and compile-free: the orchestrator asks for every candidate. A candidate is one of
-- a C kernel: elementwise, reduce, broadcast and layout prims, and convolutions with few taps
-  per output (stencil.py);
+- a C kernel: elementwise, reduce, broadcast and layout prims, convolutions with few taps
+  per output (stencil.py), or one matmul with its epilogue (gemm.py);
 - a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
 - an opaque kernel: exactly one OPAQUE prim.
 """
@@ -67,7 +67,7 @@ def kernel_kind(g: Graph, members: set[int], outputs: Sequence[int],
     kinds = {p.kind for p in prims}
     if Kind.OPAQUE in kinds:
         return Kind.OPAQUE
-    if Kind.LINEAR in kinds and not (generator == "C" and _stencils(g, prims)):
+    if Kind.LINEAR in kinds and not (generator == "C" and _generated(g, prims, outputs)):
         return Kind.LINEAR
     return None
 
@@ -94,7 +94,7 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
         if len(members) == 1:
             return None
         return f"opaque prim {_name(g, kernel_prims(g, members), Kind.OPAQUE)} must be alone in its kernel"
-    if Kind.LINEAR in kinds and not (generator == "C" and _stencils(g, kernel_prims(g, members))):
+    if Kind.LINEAR in kinds and not (generator == "C" and _generated(g, kernel_prims(g, members), outputs)):
         from kernorch.codegen import linear
 
         return linear.why_not(g, members, outputs)
@@ -108,9 +108,14 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
     return None
 
 
-def _stencils(g: Graph, prims: list[Prim]) -> bool:
-    """Every linear prim is a convolution the C generator writes out tap by tap."""
-    return all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR)
+def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:
+    """The C generator writes the linear prims itself: convolutions with few taps, tap by tap
+    (stencil.py), or one matmul as a GEMM with its epilogue (gemm.py)."""
+    if all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR):
+        return True
+    from kernorch.codegen import gemm
+
+    return gemm.why_not(g, prims, outputs) is None
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:

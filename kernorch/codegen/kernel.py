@@ -97,7 +97,16 @@ class Parallel:
     threads: bool = True
 
 
-Stmt = Union[Let, Store, Accum, Decl, Loop, Parallel]
+@dataclass(frozen=True)
+class Call:
+    """``fn(args...)``: a helper of the C header (the GEMM tile, codegen/gemm.py). Each argument
+    is an index Expr, a name (a buffer or array), or (buffer, offset Expr) for ``buffer + offset``."""
+
+    fn: str
+    args: tuple
+
+
+Stmt = Union[Let, Store, Accum, Decl, Loop, Parallel, Call]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -80,24 +80,12 @@ class _Plan:
         if self.add:
             roots += [v for v in self.add.inputs if v != lp.output]
         for v in roots:
-            src, maps = v, []
-            while src in producers and producers[src].op in VIEWS:
-                used.add(src)
-                maps.append(_map_of(g, producers[src]))
-                src = producers[src].inputs[0]
-            if src in producers:
-                self.reason = f"{g.name(v)} feeding {lp.op.value} is computed, not a view of an input"
+            found = operand_view(g, producers, v, lp)
+            if isinstance(found, str):
+                self.reason = found
                 return
-            view = None
-            if maps:
-                m: IndexMap | None = maps[0]
-                for inner in maps[1:]:
-                    m = m.compose(inner) if m is not None else None
-                view = strided(m) if m is not None else None
-                if view is None:
-                    self.reason = f"operand {g.name(v)} of {lp.op.value} is not a strided view"
-                    return
-                view = (m.out_shape, *view)
+            src, view, chain = found
+            used.update(chain)
             self.operands[v] = (src, view)
         extra = [p for p in prims if p.output not in used]
         if extra:
@@ -112,6 +100,29 @@ class _Plan:
                 self.reason = f"{lp.op.value} on {g.types[v].dtype} is not routed to torch"
                 return
         self.inputs = list(dict.fromkeys(src for src, _ in self.operands.values()))
+
+
+def operand_view(g: Graph, producers: dict[int, Prim], v: int, user: Prim
+                 ) -> tuple[int, tuple | None, list[int]] | str:
+    """Operand ``v`` of ``user`` as (source value, strided view of it or None when ``v`` is the
+    source itself, the VIEW/BROADCAST members in between), or why it is not a strided view of a
+    kernel input. A view is (shape, strides, offset) in elements."""
+    src, maps, chain = v, [], []
+    while src in producers and producers[src].op in VIEWS:
+        chain.append(src)
+        maps.append(_map_of(g, producers[src]))
+        src = producers[src].inputs[0]
+    if src in producers:
+        return f"{g.name(v)} feeding {user.op.value} is computed, not a view of an input"
+    if not maps:
+        return src, None, chain
+    m: IndexMap | None = maps[0]
+    for inner in maps[1:]:
+        m = m.compose(inner) if m is not None else None
+    view = strided(m) if m is not None else None
+    if m is None or view is None:
+        return f"operand {g.name(v)} of {user.op.value} is not a strided view"
+    return src, (m.out_shape, *view), chain
 
 
 def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int]) -> str | None:

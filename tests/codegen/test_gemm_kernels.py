@@ -1,0 +1,117 @@
+"""Matrix products are generated C GEMMs (codegen/gemm.py), fused with their epilogue: bias,
+activation, residual add, scaling; weights plain or transposed; attention-style batched
+products of two activations, strided views as operands, odd sizes around the tile edges; all
+against the reference interpreter. What the GEMM does not take stays a library kernel."""
+
+import numpy as np
+import pytest
+
+from cg_util import THREADS, check, finish
+from kernorch import codegen
+from kernorch.codegen import gemm
+from kernorch.codegen.feasible import kernel_kind
+from kernorch.codegen.triton import why_not_triton
+from kernorch.ir import layout
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import Kind, Op
+
+
+def _dense(m=37, k=19, n=45, batch=(), transposed=False, bias=True, act=Op.TANH, residual=False, scale=None):
+    """x (batch.., m, k) @ w (k, n) [+ bias] [* scale] [act] [+ residual]."""
+    b = Builder()
+    rng = np.random.default_rng(2)
+    x = b.input((*batch, m, k))
+    if transposed:  # Gemm(transB=1): the weight is stored (n, k)
+        w = b.permute(b.constant(rng.standard_normal((n, k)).astype(np.float32)), (1, 0))
+    else:
+        w = b.constant(rng.standard_normal((k, n)).astype(np.float32))
+    y = b.matmul(x, w)
+    if bias:
+        y = b.binary(Op.ADD, y, b.constant(rng.standard_normal(n).astype(np.float32)))
+    if scale is not None:
+        y = b.binary(Op.MUL, y, b.constant(np.float32(scale)))
+    if act:
+        y = b.unary(act, y)
+    if residual:
+        y = b.binary(Op.ADD, y, b.input((*batch, m, n)))
+    return finish(b, y)
+
+
+def _attention_scores(heads=3, tokens=29, dim=16, scale=0.25):
+    """q @ k^T of heads sliced out of one packed qkv activation, scaled: the operands are
+    strided views of a kernel input, as in a transformer's attention."""
+    b = Builder()
+    qkv = b.input((1, tokens, 3, heads, dim))
+    q = b.permute(_take(b, qkv, 0), (0, 2, 1, 3))  # (1, heads, tokens, dim)
+    kt = b.permute(_take(b, qkv, 1), (0, 2, 3, 1))  # (1, heads, dim, tokens)
+    s = b.binary(Op.MUL, b.matmul(q, kt), b.constant(np.float32(scale)))
+    return finish(b, s)
+
+
+def _take(b, x, part):
+    """x[:, :, part] of a (1, tokens, 3, heads, dim) tensor, as views."""
+    shape = b.shape(x)
+    one = (shape[0], shape[1], 1, *shape[3:])
+    return b.reshape(b.view(x, layout.slice_(shape, (0, 0, part, 0, 0), (1,) * 5, one)), (*one[:2], *one[3:]))
+
+
+def _batched(batch=(2, 3), m=13, k=40, n=33, b_batch=True):
+    """Both operands activations (attention's probabilities @ values), or a shared B."""
+    b = Builder()
+    x = b.input((*batch, m, k))
+    y = b.input((*batch, k, n) if b_batch else (k, n))
+    return finish(b, b.unary(Op.RELU, b.matmul(x, y)))
+
+
+CASES = {
+    "bias_tanh": lambda: _dense(),
+    "no_epilogue": lambda: _dense(bias=False, act=None),
+    "transposed_weight": lambda: _dense(transposed=True, act=Op.RELU),
+    "residual_scaled": lambda: _dense(scale=0.5, act=Op.SIGMOID, residual=True),
+    "exact_tiles": lambda: _dense(m=gemm.MR * 4, k=32, n=gemm.NR * 3),
+    "one_row": lambda: _dense(m=1, k=64, n=70),
+    "batched_rows": lambda: _dense(batch=(2,), m=9, k=8, n=100, residual=True),
+    "long_k": lambda: _dense(m=7, k=777, n=40, act=None),
+    "attention_scores": lambda: _attention_scores(),
+    "batched_activations": lambda: _batched(),
+    "broadcast_b": lambda: _batched(b_batch=False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gemm_matches_interpreter(name):
+    g, members, outputs = CASES[name]()
+    assert codegen.why_not(g, members, outputs) is None
+    assert kernel_kind(g, members, outputs, codegen.why_not) is None  # generated code, not a library call
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert kernel.provider == "c"
+    assert "GEMM" in "\n".join(codegen.lower(g, members, outputs, num_threads=THREADS).notes)
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_what_the_gemm_does_not_take():
+    b = Builder()
+    x = b.input((8, 16))
+    w = b.constant(np.ones((16, 4), np.float32))
+    y = b.matmul(b.unary(Op.EXP, x), w)  # a computed A operand: neither a GEMM nor a library kernel
+    g, members, outputs = finish(b, y)
+    assert "computed, not a view" in codegen.why_not(g, members, outputs)
+    b = Builder()
+    x = b.input((8, 16))
+    y = b.matmul(x, b.constant(np.ones((16, 4), np.float32)))
+    s = b.reduce(Op.SUM, y, (1,))  # a reduction of the product
+    g, members, outputs = finish(b, s)
+    assert "is not elementwise on its shape" in gemm.why_not(g, g.prims, outputs)
+    b = Builder()
+    x = b.input((8, 16), dtype="float64")
+    y = b.matmul(x, b.constant(np.ones((16, 4), np.float64)))
+    g, members, outputs = finish(b, y)
+    assert "not on float32" in gemm.why_not(g, g.prims, outputs)
+    kernel = codegen.build_kernel(g, members, outputs)
+    assert kernel.provider == "linear"
+    check(kernel, g, outputs)
+
+
+def test_triton_never_takes_a_matmul():
+    g, members, outputs = _dense(act=None)
+    assert kernel_kind(g, members, outputs, why_not_triton, "Triton") is Kind.LINEAR
