@@ -1,22 +1,24 @@
-"""Linear kernels run through PyTorch: matmul / batched matmul with a transposed operand view,
-bias adds, convolutions (asymmetric pads, groups) with more taps than a C stencil takes,
-transposed convolutions; and what can_generate refuses around them."""
+"""Linear kernels: matmul / batched matmul with a transposed operand view and bias adds (float32
+ones are generated C GEMMs, codegen/gemm.py; float64 ones run through PyTorch), convolutions
+(asymmetric pads, groups) with more taps than a C stencil takes and transposed convolutions
+through PyTorch; and what can_generate refuses around them."""
 
 import numpy as np
 import pytest
 
 from cg_util import check, finish
 from kernorch import codegen
+from kernorch.codegen import linear
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
 
 
-def _matmul_bias():
+def _matmul_bias(dtype="float32"):
     b = Builder()
-    x = b.input((7, 16))
-    w = b.constant(np.random.default_rng(0).standard_normal((16, 5)).astype(np.float32))
-    bias = b.constant(np.arange(5, dtype=np.float32))
+    x = b.input((7, 16), dtype=dtype)
+    w = b.constant(np.random.default_rng(0).standard_normal((16, 5)).astype(dtype))
+    bias = b.constant(np.arange(5, dtype=dtype))
     return finish(b, b.binary(Op.ADD, b.matmul(x, w), bias))
 
 
@@ -71,7 +73,8 @@ def _conv_transpose():
 
 
 CASES = {
-    "matmul_bias": _matmul_bias, "matmul_transposed_weight": _matmul_transposed_weight,
+    "matmul_bias": _matmul_bias, "matmul_float64_bias": lambda: _matmul_bias("float64"),
+    "matmul_transposed_weight": _matmul_transposed_weight,
     "batched_transposed": _batched_transposed, "batched_reshaped": _batched_reshaped,
     "matmul_broadcast_batch": _matmul_broadcast_batch, "conv": _conv,
     "conv_asymmetric_pads": lambda: _conv(pads=(0, 1, 2, 1), strides=(2, 1)),
@@ -85,16 +88,17 @@ def test_linear_matches_interpreter(name):
     g, members, outputs = CASES[name]()
     assert codegen.can_generate(g, members, outputs), codegen.why_not(g, members, outputs)
     kernel = codegen.build_kernel(g, members, outputs)
-    assert kernel.provider == "linear"
+    gemm = name.startswith(("matmul", "batched")) and "float64" not in name
+    assert kernel.provider == ("c" if gemm else "linear")
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_preallocated_outputs_are_filled():
-    g, members, outputs = _matmul_bias()
+    g, members, outputs = _matmul_bias("float64")
     kernel = codegen.build_kernel(g, members, outputs)
     import torch
-    out = torch.empty((7, 5))
-    x = np.ones((7, 16), np.float32)
+    out = torch.empty((7, 5), dtype=torch.float64)
+    x = np.ones((7, 16), np.float64)
     res = kernel.run([x] + [g.constants[v] for v in kernel.inputs[1:]], out=[out])
     assert res[0] is out and float(out.abs().sum()) > 0
 
@@ -105,8 +109,9 @@ def test_linear_refusals_name_the_reason():
     mm = b.matmul(x, w)
     y = b.unary(Op.RELU, mm)
     g, members, outs = finish(b, y)
-    assert "relu cannot share a kernel with matmul" in codegen.why_not(g, members, outs)
-    assert codegen.why_not(g, {mm}, [mm]) is None
+    assert "relu cannot share a kernel with matmul" in linear.why_not(g, members, outs)
+    assert codegen.why_not(g, members, outs) is None  # a generated GEMM takes the epilogue
+    assert linear.why_not(g, {mm}, [mm]) is None
 
     b = Builder()
     x, w = b.input((4, 8)), b.input((8, 3))
@@ -124,7 +129,8 @@ def test_linear_refusals_name_the_reason():
     w = b.input((8, 3))
     flipped = b.view(w, layout.flip((8, 3), (0,)))
     g, members, outs = finish(b, b.matmul(x, flipped))
-    assert "not a strided view" in codegen.why_not(g, members, outs)
+    assert "not a strided view" in linear.why_not(g, members, outs)
+    assert codegen.why_not(g, members, outs) is None  # the GEMM packs B through any view
 
 
 @pytest.mark.parametrize("bias", [True, False])
