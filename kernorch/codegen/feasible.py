@@ -2,7 +2,7 @@
 
 Cheap and compile-free: the orchestrator asks for every candidate. A candidate is one of
 - a C kernel: elementwise, reduce, broadcast and layout prims, convolutions with few taps
-  per output (stencil.py), or one matmul with its epilogue (gemm.py);
+  per output (stencil.py), or one matmul or 1x1 convolution with its epilogue (gemm.py);
 - a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
 - an opaque kernel: exactly one OPAQUE prim.
 """
@@ -109,13 +109,14 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
 
 
 def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:
-    """The C generator writes the linear prims itself: convolutions with few taps, tap by tap
-    (stencil.py), or one matmul as a GEMM with its epilogue (gemm.py)."""
-    if all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR):
-        return True
+    """The C generator writes the linear prims itself: one matmul or 1x1 convolution as a GEMM
+    with its epilogue (gemm.py; lower.py prefers it), or convolutions with few taps, tap by tap
+    (stencil.py)."""
     from kernorch.codegen import gemm
 
-    return gemm.why_not(g, prims, outputs) is None
+    if gemm.why_not(g, prims, outputs) is None:
+        return True
+    return all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR)
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:

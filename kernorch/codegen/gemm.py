@@ -20,6 +20,7 @@ kernel output from it. The solver still prices the library providers on the same
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from kernorch.codegen import indexing
 from kernorch.codegen.kernel import Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
@@ -65,14 +66,98 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
 """ % {"mr": MR, "nr": NR}
 
 
-def _matmul(prims: list[Prim]) -> Prim | None:
+@dataclass(frozen=True)
+class Product:
+    """A linear prim as ``out[batch, m, n] = sum over k of A[batch, m, k] * B[batch, k, n]``:
+    sizes, where A's rows lie (a kernel input, ``a_strides`` per A dim, rows contiguous) and how
+    B's elements and the product's output index are written in the prim's own terms."""
+
+    prim: Prim
+    batch: tuple[int, ...]
+    M: int
+    K: int
+    N: int
+    a_src: int
+    a_offset: int
+    a_strides: tuple[int, ...]  # A's batch dims, then rows (A's columns are contiguous)
+    a_batch_dims: tuple[int, ...]  # A's size along each of its batch dims (1: broadcast)
+
+    @property
+    def conv(self) -> bool:
+        return self.prim.op is Op.CONV
+
+    def out_index(self, g: Graph, bidx: list, m: ix.Expr, n: ix.Expr, sizes) -> list:
+        if not self.conv:
+            return [*bidx, m, n]
+        return [*bidx, m, *_unflatten(n, g.types[self.prim.output].shape[2:], sizes)]
+
+    def b_index(self, g: Graph, bidx: list, k: ix.Expr, n: ix.Expr, sizes) -> list:
+        p = self.prim
+        if not self.conv:
+            shape = g.types[p.inputs[1]].shape
+            return [*_operand_batch(bidx, shape), k, n]
+        out = _unflatten(n, g.types[p.output].shape[2:], sizes)
+        return [*bidx, k, *(indexing.normalize(o * st, sizes) for o, st in zip(out, p.attrs.strides))]
+
+
+def _unflatten(n: ix.Expr, shape, sizes) -> list:
+    """Row-major coordinates of flat index ``n`` in ``shape``."""
+    out, inner = [], 1
+    for s in reversed(shape):
+        out.insert(0, ix.mod(ix.floordiv(n, inner, sizes), s, sizes) if s > 1 else ix.const(0))
+        inner *= s
+    return out
+
+
+def _operand_batch(bidx: list, shape) -> list:
+    """An operand's batch coordinates from the product's (right-aligned; size-1 dims read 0)."""
+    n = len(shape) - 2
+    own = bidx[len(bidx) - n:] if n else []
+    return [e if s > 1 else ix.const(0) for e, s in zip(own, shape[:n])]
+
+
+def _product(g: Graph, prims: list[Prim]) -> Product | str:
+    """The kernel's linear prim as a Product, or why it is not one."""
     lin = [p for p in prims if p.kind is Kind.LINEAR]
-    return lin[0] if len(lin) == 1 and lin[0].op is Op.MATMUL else None
+    if len(lin) != 1 or lin[0].op not in (Op.MATMUL, Op.CONV):
+        return "a generated GEMM holds exactly one matmul or convolution and no other linear prim"
+    p = lin[0]
+    if any(g.types[v].dtype != "float32" for v in (*p.inputs, p.output)):
+        return f"{p.op.value} {g.name(p.output)} is not on float32"
+    producers = {q.output: q for q in prims}
+    if p.op is Op.CONV:
+        a = p.attrs
+        x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
+        if a.groups != 1 or any(k != 1 for k in w[2:]) or any(a.pads) or len(x) < 3:
+            return f"convolution {g.name(p.output)} is not a 1x1 convolution without pads or groups"
+        a_value, rows = p.inputs[1], w[0]
+        batch, M, K, N = (out[0],), w[0], w[1], math.prod(out[2:])
+    else:
+        x, w, out = (g.types[v].shape for v in (*p.inputs, p.output))
+        if len(x) < 2 or len(w) < 2:
+            return f"matmul {g.name(p.output)} has a vector operand"
+        a_value = p.inputs[0]
+        batch, M, K, N = tuple(out[:-2]), out[-2], x[-1], out[-1]
+    found = operand_view(g, producers, a_value, p)
+    if isinstance(found, str):
+        return found
+    src, view, _ = found
+    shape = g.types[a_value].shape
+    strides = tuple(view[1]) if view is not None else tuple(layout_strides(shape))
+    if g.types[src].size == 1:
+        return f"{g.name(a_value)} is a scalar"
+    if p.op is Op.CONV:
+        if strides[1] != 1 or strides[0] != K:
+            return f"weight {g.name(a_value)} is not contiguous"
+        return Product(p, batch, M, K, N, src, view[2] if view else 0, (0, K), (1,))
+    if strides[-1] != 1 and K > 1:
+        return f"rows of {g.name(a_value)} are not contiguous"
+    return Product(p, batch, M, K, N, src, view[2] if view else 0, strides[:-1], tuple(shape[:-2]))
 
 
-def _epilogue(prims: list[Prim], mm: Prim) -> set[int]:
+def _epilogue(prims: list[Prim], lin: Prim) -> set[int]:
     """The product and every member computed from it."""
-    after = {mm.output}
+    after = {lin.output}
     for p in prims:
         if any(v in after for v in p.inputs):
             after.add(p.output)
@@ -81,38 +166,21 @@ def _epilogue(prims: list[Prim], mm: Prim) -> set[int]:
 
 def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
     """None when the C generator writes this kernel as a GEMM (see the module doc), else why not."""
-    mm = _matmul(prims)
-    if mm is None:
-        return "a generated GEMM holds exactly one matmul and no other linear prim"
-    a, b, out = (g.types[v] for v in (*mm.inputs, mm.output))
-    if any(t.dtype != "float32" for t in (a, b, out)):
-        return f"matmul {g.name(mm.output)} is not on float32"
-    if len(a.shape) < 2 or len(b.shape) < 2:
-        return f"matmul {g.name(mm.output)} has a vector operand"
-    producers = {p.output: p for p in prims}
-    found = operand_view(g, producers, mm.inputs[0], mm)
-    if isinstance(found, str):
-        return found
-    if g.types[found[0]].size == 1:
-        return f"{g.name(mm.inputs[0])} is a scalar"
-    if _a_strides(g, mm, found)[-1] != 1 and a.shape[-1] > 1:
-        return f"rows of {g.name(mm.inputs[0])} are not contiguous"
-    after = _epilogue(prims, mm)
+    prod = _product(g, prims)
+    if isinstance(prod, str):
+        return prod
+    lin, shape = prod.prim, g.types[prod.prim.output].shape
+    after = _epilogue(prims, lin)
     for p in prims:
-        if p.output == mm.output:
+        if p.output == lin.output:
             continue
-        if p.output in after and (p.kind is not Kind.ELEMENTWISE or g.types[p.output].shape != out.shape):
-            return f"{p.op.value} after matmul {g.name(mm.output)} is not elementwise on its shape"
+        if p.output in after and (p.kind is not Kind.ELEMENTWISE or g.types[p.output].shape != shape):
+            return f"{p.op.value} after {lin.op.value} {g.name(lin.output)} is not elementwise on its shape"
         if p.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
             return f"{p.op.value} cannot share a kernel with a generated GEMM"
     if any(v not in after for v in outputs):
         return "a generated GEMM writes only the product and values computed from it"
     return None
-
-
-def _a_strides(g: Graph, mm: Prim, found) -> tuple[int, ...]:
-    _, view, _ = found
-    return tuple(view[1]) if view is not None else tuple(layout_strides(g.types[mm.inputs[0]].shape))
 
 
 class GemmLowerer(KernelLowerer):
@@ -124,24 +192,19 @@ class GemmLowerer(KernelLowerer):
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
-        mm = _matmul(self.prims)
-        found = operand_view(g, self.producers, mm.inputs[0], mm)
-        src, view, _ = found
-        a_strides = _a_strides(g, mm, found)
-        a_off = view[2] if view is not None else 0
-        a_shape, b_shape, out_shape = (g.types[v].shape for v in (*mm.inputs, mm.output))
-        M, K, N = out_shape[-2], a_shape[-1], out_shape[-1]
-        batch = out_shape[:-2]
+        prod = self.prod = _product(g, self.prims)
+        lin = prod.prim
+        M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
         nb, npan = math.prod(batch), -(-N // NR)
         blocks = -(-M // MR)
-        chunks = min(blocks, -(-UNITS_PER_THREAD * self.threads // (nb * npan))) if nb * npan < UNITS_PER_THREAD * self.threads else 1
+        units = UNITS_PER_THREAD * self.threads
+        chunks = min(blocks, -(-units // (nb * npan))) if nb * npan < units else 1
         per_chunk = -(-blocks // chunks)
         chunks = -(-blocks // per_chunk)
 
-        # buffers: every external input and the outputs (no scratch; the tile and the panel are per thread)
-        self.inline = set(self.producers) - {mm.output}  # A is read through its pointer, never inlined
-        self.buf = {}
-        self.arena = 0
+        # buffers: the inputs and the outputs; the B panel and the tile are per-thread arrays
+        self.inline = set(self.producers) - {lin.output}  # A is read through its pointer, never inlined
+        self.buf, self.arena = {}, 0
         args = []
         for role, vals in (("in", self.ext), ("out", self.outputs)):
             for k, v in enumerate(vals):
@@ -153,10 +216,7 @@ class GemmLowerer(KernelLowerer):
         bt = ix.floordiv(ix.var(u), npan * chunks, sizes)
         pan = ix.mod(ix.floordiv(ix.var(u), chunks, sizes), npan, sizes)
         chunk = ix.mod(ix.var(u), chunks, sizes)
-        bidx, rest = [], bt
-        for n in reversed(batch):  # batch coordinates of the unit
-            bidx.insert(0, ix.mod(rest, n, sizes) if n > 1 else ix.const(0))
-            rest = ix.floordiv(rest, n, sizes)
+        bidx = _unflatten(bt, batch, sizes)
         col0 = indexing.normalize(pan * NR, sizes)
 
         # pack the B panel: bp[k*NR + j] = B[batch, k, col0 + j] (zero past N)
@@ -164,55 +224,53 @@ class GemmLowerer(KernelLowerer):
         col = indexing.normalize(col0 + ix.var(j), sizes)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        b_batch = self._operand_batch(bidx, b_shape)
         ok = inl.conds([(col, 0, N)])
-        val = inl.value(mm.inputs[1], [*b_batch, ix.var(k), ix.minimum(col, N - 1, sizes)])
+        val = body.cast(inl.value(lin.inputs[0] if prod.conv else lin.inputs[1],
+                                  prod.b_index(g, bidx, ix.var(k), ix.minimum(col, N - 1, sizes), sizes)), "float32")
         if ok is not None:
             val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
         pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), (
             *body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val)), simd=True),))
 
-        # row blocks of the chunk: tile, then the epilogue over its valid rows and columns
+        # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
         row0 = indexing.normalize((chunk * per_chunk + ix.var(mbl)) * MR, sizes)
-        a_base = ix.const(a_off) + row0 * a_strides[-2]
-        for e, stride in zip(self._operand_batch(bidx, a_shape), a_strides):
+        a_base = ix.const(prod.a_offset) + row0 * prod.a_strides[-1]
+        a_batch = _operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.conv else []
+        for e, stride in zip(a_batch, prod.a_strides):
             a_base = a_base + e * stride
         rows = ix.minimum(M - row0, MR, sizes)
         cols = ix.minimum(N - col0, NR, sizes)
         r, c = vs.new(MR), vs.new(NR)
         self.tile_at = indexing.normalize(ix.var(r) * NR + ix.var(c), sizes)
-        idx = [*bidx, indexing.normalize(row0 + ix.var(r), sizes), indexing.normalize(col0 + ix.var(c), sizes)]
+        self.row = indexing.normalize(row0 + ix.var(r), sizes)
+        idx = prod.out_index(g, bidx, self.row, indexing.normalize(col0 + ix.var(c), sizes), sizes)
         body = Body(self.names)
-        inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
+        self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         stores = [Store(self.buf[v], self._flat(v, idx), body.cast(inl.value(v, idx), g.types[v].dtype))
                   for v in self.outputs]
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
-        tile = Call("kn_gemm_tile", (rows, ix.const(K), (self.buf[src], indexing.normalize(a_base, sizes)),
-                                     ix.const(a_strides[-2]), "bp", "tl"))
+        tile = Call("kn_gemm_tile", (rows, ix.const(K), (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
+                                     ix.const(prod.a_strides[-1]), "bp", "tl"))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         loop_rows = Loop(mbl, ix.const(0), blocks_here, (tile, epilogue))
         par = Parallel(u, nb * npan * chunks, (pack, loop_rows),
                        (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR)), threads=True)
         comment, _ = self.describe()
         note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, "
-                f"tiles of {MR} rows")
+                f"tiles of {MR} rows" + (" (1x1 convolution: A is the weight)" if prod.conv else ""))
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note,))
 
-    @staticmethod
-    def _operand_batch(bidx: list, shape) -> list:
-        """An operand's batch coordinates from the product's (right-aligned; size-1 dims read 0)."""
-        n = len(shape) - 2
-        own = bidx[len(bidx) - n:] if n else []
-        return [e if s > 1 else ix.const(0) for e, s in zip(own, shape[:n])]
-
     def _leaf(self, v: int, idx: tuple, body: Body) -> str:
-        g = self.g
+        g, lin = self.g, self.prod.prim
         if v in self.imm:
             return body.imm(self.imm[v], g.types[v].dtype)
-        if v == _matmul(self.prims).output:
-            return body.let("load", "float32", (), ("tl", self.tile_at))
+        if v == lin.output:
+            acc = body.let("load", "float32", (), ("tl", self.tile_at))
+            if self.prod.conv and len(lin.inputs) > 2:  # the convolution's own bias, per output channel
+                acc = body.let("add", "float32", (acc, body.cast(self.epilogue.value(lin.inputs[2], [self.row]), "float32")))
+            return acc
         return body.let("load", g.types[v].dtype, (), (self.buf[v], self._clamped_flat(v, idx)))

@@ -17,17 +17,16 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from kernorch.codegen import indexing
+from kernorch.codegen import gemm, indexing
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims, why_not
-from kernorch.codegen.gemm import GemmLowerer
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.lower_base import KernelLowerer, accumulator_dtype, identity
 from kernorch.codegen.schedule import Stage, interchange, make_schedule, transposed_dim, work
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op
+from kernorch.ir.prims import Kind
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
@@ -68,13 +67,9 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     if reason is not None:
         raise CannotGenerate(reason)
     threads = num_threads or default_threads()
-    if _has_matmul(g, members):
-        return GemmLowerer(g, members, list(outputs), threads).run(name)
+    if gemm.why_not(g, kernel_prims(g, members), outputs) is None:
+        return gemm.GemmLowerer(g, members, list(outputs), threads).run(name)
     return _Lowerer(g, members, list(outputs), threads).run(name)
-
-
-def _has_matmul(g: Graph, members: set[int]) -> bool:
-    return any(p.op is Op.MATMUL for p in kernel_prims(g, members))
 
 
 class _Lowerer(KernelLowerer):

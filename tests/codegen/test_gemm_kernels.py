@@ -1,7 +1,8 @@
-"""Matrix products are generated C GEMMs (codegen/gemm.py), fused with their epilogue: bias,
-activation, residual add, scaling; weights plain or transposed; attention-style batched
-products of two activations, strided views as operands, odd sizes around the tile edges; all
-against the reference interpreter. What the GEMM does not take stays a library kernel."""
+"""Matrix products and 1x1 convolutions are generated C GEMMs (codegen/gemm.py), fused with
+their epilogue: bias, activation, residual add, scaling; weights plain or transposed;
+attention-style batched products of two activations, strided views as operands, a prologue on
+the convolution's input, strides, odd sizes around the tile edges; all against the reference
+interpreter. What the GEMM does not take stays a library kernel or a stencil."""
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from kernorch.codegen.feasible import kernel_kind
 from kernorch.codegen.triton import why_not_triton
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder
-from kernorch.ir.prims import Kind, Op
+from kernorch.ir.prims import ConvAttrs, Kind, Op
 
 
 def _dense(m=37, k=19, n=45, batch=(), transposed=False, bias=True, act=Op.TANH, residual=False, scale=None):
@@ -55,6 +56,24 @@ def _take(b, x, part):
     return b.reshape(b.view(x, layout.slice_(shape, (0, 0, part, 0, 0), (1,) * 5, one)), (*one[:2], *one[3:]))
 
 
+def _pointwise_conv(shape=(1, 80, 5, 7), cout=12, strides=(1, 1), bias=True, prologue=None, add=None):
+    """A 1x1 convolution (A is the weight, B the image's pixels) with its epilogue."""
+    rng = np.random.default_rng(3)
+    b = Builder()
+    x = b.input(shape)
+    if prologue:
+        x = b.unary(prologue, x)
+    w = b.constant(rng.standard_normal((cout, shape[1], *([1] * (len(shape) - 2)))).astype(np.float32))
+    bb = b.constant(rng.standard_normal(cout).astype(np.float32)) if bias else None
+    y = b.conv(x, w, bb, ConvAttrs(strides, (0,) * (2 * len(strides)), (1,) * len(strides), 1))
+    out = b.shape(y)
+    if add == "residual":
+        y = b.binary(Op.ADD, y, b.input(out))
+    elif add == "per_channel":
+        y = b.binary(Op.MUL, b.reshape(b.constant(rng.standard_normal(cout).astype(np.float32)), (cout, 1, 1)), y)
+    return finish(b, b.unary(Op.RELU, y))
+
+
 def _batched(batch=(2, 3), m=13, k=40, n=33, b_batch=True):
     """Both operands activations (attention's probabilities @ values), or a shared B."""
     b = Builder()
@@ -75,6 +94,12 @@ CASES = {
     "attention_scores": lambda: _attention_scores(),
     "batched_activations": lambda: _batched(),
     "broadcast_b": lambda: _batched(b_batch=False),
+    "conv1x1_bias_residual": lambda: _pointwise_conv(add="residual"),
+    "conv1x1_no_bias_per_channel": lambda: _pointwise_conv(bias=False, add="per_channel"),
+    "conv1x1_stride2_two_images": lambda: _pointwise_conv(shape=(2, 70, 9, 11), strides=(2, 2)),
+    "conv1x1_prologue": lambda: _pointwise_conv(prologue=Op.SIGMOID),
+    "conv1x1_narrow": lambda: _pointwise_conv(shape=(1, 8, 13, 13), cout=40),
+    "conv1d_1x1": lambda: _pointwise_conv(shape=(1, 33, 50), cout=7, strides=(1,)),
 }
 
 

@@ -136,20 +136,21 @@ def test_linear_refusals_name_the_reason():
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("add", [None, "residual", "per_channel", "per_column"])
 def test_pointwise_conv_is_a_gemm_on_nchw(bias, add):
-    """A 1x1 convolution (80 input channels: past a C stencil) runs as addmm into the planned
-    output, taking a residual or per-channel add with it; other adds take the general path."""
+    """A float64 1x1 convolution (float32 ones are generated GEMMs, test_gemm_kernels.py) runs as
+    addmm into the planned output, taking a residual or per-channel add with it; other adds take
+    the general path."""
     rng = np.random.default_rng(0)
     b = Builder()
-    x = b.input((1, 80, 5, 7))
-    w = b.constant(rng.standard_normal((12, 80, 1, 1)).astype(np.float32))
-    bb = b.constant(rng.standard_normal(12).astype(np.float32)) if bias else None
+    x = b.input((1, 80, 5, 7), dtype="float64")
+    w = b.constant(rng.standard_normal((12, 80, 1, 1)).astype(np.float64))
+    bb = b.constant(rng.standard_normal(12).astype(np.float64)) if bias else None
     y = b.conv(x, w, bb, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
     if add == "residual":
-        y = b.binary(Op.ADD, y, b.input((1, 12, 5, 7)))
+        y = b.binary(Op.ADD, y, b.input((1, 12, 5, 7), dtype="float64"))
     elif add == "per_channel":
-        y = b.binary(Op.ADD, b.reshape(b.constant(rng.standard_normal(12).astype(np.float32)), (12, 1, 1)), y)
+        y = b.binary(Op.ADD, b.reshape(b.constant(rng.standard_normal(12).astype(np.float64)), (12, 1, 1)), y)
     elif add == "per_column":
-        y = b.binary(Op.ADD, y, b.input((1, 1, 1, 7)))
+        y = b.binary(Op.ADD, y, b.input((1, 1, 1, 7), dtype="float64"))
     g, members, outputs = finish(b, y)
     kernel = codegen.build_kernel(g, members, outputs)
     assert kernel.provider == "linear" and kernel.pointwise
