@@ -101,11 +101,13 @@ class Product:
 
 
 def _unflatten(n: ix.Expr, shape, sizes) -> list:
-    """Row-major coordinates of flat index ``n`` in ``shape``."""
+    """Row-major coordinates of flat index ``n`` in ``shape``. The outermost one takes no modulo:
+    past the end (the last panel's spare columns) it runs on, so flat offsets fold back to ``n``."""
     out, inner = [], 1
-    for s in reversed(shape):
-        out.insert(0, ix.mod(ix.floordiv(n, inner, sizes), s, sizes) if s > 1 else ix.const(0))
-        inner *= s
+    for d in reversed(range(len(shape))):
+        q = ix.floordiv(n, inner, sizes)
+        out.insert(0, q if d == 0 else ix.mod(q, shape[d], sizes) if shape[d] > 1 else ix.const(0))
+        inner *= shape[d]
     return out
 
 
@@ -226,7 +228,7 @@ class GemmLowerer(KernelLowerer):
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         ok = inl.conds([(col, 0, N)])
         val = body.cast(inl.value(lin.inputs[0] if prod.conv else lin.inputs[1],
-                                  prod.b_index(g, bidx, ix.var(k), ix.minimum(col, N - 1, sizes), sizes)), "float32")
+                                  prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
         if ok is not None:
             val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
         pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), (
@@ -273,4 +275,6 @@ class GemmLowerer(KernelLowerer):
             if self.prod.conv and len(lin.inputs) > 2:  # the convolution's own bias, per output channel
                 acc = body.let("add", "float32", (acc, body.cast(self.epilogue.value(lin.inputs[2], [self.row]), "float32")))
             return acc
-        return body.let("load", g.types[v].dtype, (), (self.buf[v], self._clamped_flat(v, idx)))
+        # Columns past N (the last panel) and rows past M index past the value: clamp the flat
+        # offset, not each dim, so a 1x1 convolution's pixel offset stays affine and vectorizes.
+        return body.let("load", g.types[v].dtype, (), (self.buf[v], self._clamp(self._flat(v, idx), g.types[v].size)))
