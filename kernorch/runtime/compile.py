@@ -266,7 +266,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         return rough(c)
 
     try:
-        for _ in range(16):
+        for round_ in range(16):
             plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
             regions = set(plan.regions)
             missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
@@ -282,6 +282,9 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
                 orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
                             dataclasses.replace(knobs, regions=False))
             more = missing + [c for c in seen + every if c.nodes & back]
+            if round_ >= 2:  # still picking unpriced kernels: price every candidate around them
+                near = {n for c in missing for n in c.nodes}
+                more += [c for c in seen + every if c.nodes & near]
             with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
                 measured.progress = update
                 measured.prefetch(more)
