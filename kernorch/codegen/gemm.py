@@ -208,7 +208,7 @@ class GemmLowerer(KernelLowerer):
 
         # buffers: the inputs and the outputs; the B panel and the tile are per-thread arrays
         self.inline = set(self.producers) - {lin.output}  # A is read through its pointer, never inlined
-        self.buf, self.arena = {}, 0
+        self.buf = {}
         args = []
         for role, vals in (("in", self.ext), ("out", self.outputs)):
             for k, v in enumerate(vals):
