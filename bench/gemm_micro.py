@@ -7,7 +7,7 @@ before every call, as inside a model whose weights do not stay in cache).
 
 Prints a table; asserts nothing (timings belong here, not in tests). Shapes: ViT-Tiny's four
 token-by-weight products, its attention scores per head, and ResNet-50 1x1 convolutions as
-(Cout, Cin, H*W).
+(Cout, Cin, H*W), NCHW and channels-last.
 """
 
 from __future__ import annotations
@@ -83,6 +83,27 @@ def _conv_case(cout: int, cin: int, hw: int, threads: int, rng):
         (lambda: torch.addmm(bt.view(cout, 1), wt.view(cout, cin), xt.view(cin, hw), out=out))
 
 
+def _conv_nhwc_case(cout: int, cin: int, hw: int, threads: int, rng):
+    """The same convolution between channels-last tensors: the generated GEMM's rows are the
+    pixels (its input and output are the NHWC halves of layout pairs)."""
+    side = int(round(hw ** 0.5))
+    x = rng.standard_normal((1, side, side, cin)).astype(np.float32)
+    w = rng.standard_normal((cout, cin, 1, 1)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    b = Builder()
+    xv = b.permute(b.input(x.shape), (0, 3, 1, 2))
+    y = b.conv(xv, b.constant(w), b.constant(bias), ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
+    gen = _generated(b, b.permute(y, (0, 2, 3, 1)), threads, [x])
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2)  # NCHW view of channels-last memory
+    wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [0, 0], [1, 1], [1, 1], 1, list(xt.shape))
+    out = torch.empty(hw, cout)
+    wtt = wt.view(cout, cin).t()
+    return gen, (lambda: torch.ops.mkldnn._convolution_pointwise(xt, packed, bt, [0, 0], [1, 1], [1, 1], 1,
+                                                                  "none", [], "")), \
+        (lambda: torch.addmm(bt, torch.from_numpy(x).view(hw, cin), wtt, out=out))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -96,6 +117,8 @@ def main(argv=None) -> None:
     print(f"{'product (M x K @ K x N)':34} {'generated':>18} {'oneDNN prepacked':>18} {'addmm':>18}")
     cases = [(f"matmul {m}x{k} @ {k}x{n} + bias", _matmul_case(m, k, n, args.threads, rng)) for m, k, n in MATMULS]
     cases += [(f"conv1x1 {co}x{ci} @ {ci}x{hw} + bias", _conv_case(co, ci, hw, args.threads, rng))
+              for co, ci, hw in CONVS]
+    cases += [(f"NHWC 1x1 {co}x{ci} @ {ci}x{hw} + bias", _conv_nhwc_case(co, ci, hw, args.threads, rng))
               for co, ci, hw in CONVS]
     for label, fns in cases:
         cells = []

@@ -83,18 +83,35 @@ class Product:
     a_offset: int
     a_strides: tuple[int, ...]  # A's batch dims, then rows (A's columns are contiguous)
     a_batch_dims: tuple[int, ...]  # A's size along each of its batch dims (1: broadcast)
+    # A 1x1 convolution whose image has contiguous channels (channels-last, or 1x1 maps): the
+    # pixels are A's rows and the weight is B, so an NHWC output tile is 32 contiguous channels.
+    pixel_rows: bool = False
 
     @property
     def conv(self) -> bool:
         return self.prim.op is Op.CONV
 
+    @property
+    def weight_rows(self) -> bool:
+        """A 1x1 convolution with the weight as A (its rows: output channels), B the pixels."""
+        return self.conv and not self.pixel_rows
+
+    @property
+    def b_value(self) -> int:
+        return self.prim.inputs[0] if self.weight_rows else self.prim.inputs[1]
+
     def out_index(self, g: Graph, bidx: list, m: ix.Expr, n: ix.Expr, sizes) -> list:
         if not self.conv:
             return [*bidx, m, n]
-        return [*bidx, m, *_unflatten(n, g.types[self.prim.output].shape[2:], sizes)]
+        spatial = g.types[self.prim.output].shape[2:]
+        if self.pixel_rows:
+            return [*bidx, n, *_unflatten(m, spatial, sizes)]
+        return [*bidx, m, *_unflatten(n, spatial, sizes)]
 
     def b_index(self, g: Graph, bidx: list, k: ix.Expr, n: ix.Expr, sizes) -> list:
         p = self.prim
+        if self.pixel_rows:
+            return [n, k, *[ix.const(0)] * (len(g.types[p.inputs[1]].shape) - 2)]
         if not self.conv:
             shape = g.types[p.inputs[1]].shape
             return [*_operand_batch(bidx, shape), k, n]
@@ -134,7 +151,10 @@ def _product(g: Graph, prims: list[Prim]) -> Product | str:
         x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
         if a.groups != 1 or any(k != 1 for k in w[2:]) or any(a.pads) or len(x) < 3:
             return f"convolution {g.name(p.output)} is not a 1x1 convolution without pads or groups"
-        a_value, rows = p.inputs[1], w[0]
+        pixels = _pixel_rows(g, producers, p)
+        if pixels is not None:
+            return pixels
+        a_value = p.inputs[1]
         batch, M, K, N = (out[0],), w[0], w[1], math.prod(out[2:])
     else:
         x, w, out = (g.types[v].shape for v in (*p.inputs, p.output))
@@ -159,13 +179,70 @@ def _product(g: Graph, prims: list[Prim]) -> Product | str:
     return Product(p, batch, M, K, N, src, view[2] if view else 0, strides[:-1], tuple(shape[:-2]))
 
 
-def _epilogue(prims: list[Prim], lin: Prim) -> set[int]:
-    """The product and every member computed from it."""
-    after = {lin.output}
+def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
+    """The 1x1 convolution ``p`` with its pixels as A's rows, when its image is a strided view
+    of a kernel input with contiguous channels and pixels one stride apart (unit conv strides),
+    and its weight contiguous; else None."""
+    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
+    if any(s != 1 for s in p.attrs.strides):
+        return None
+    found = operand_view(g, producers, p.inputs[0], p)
+    if isinstance(found, str):
+        return None
+    src, view, _ = found
+    st = tuple(view[1]) if view is not None else tuple(layout_strides(x))
+    spatial = [d for d in range(2, len(x)) if x[d] > 1]
+    if (x[1] > 1 and st[1] != 1) or g.types[src].size == 1:
+        return None
+    if any(st[d] != st[e] * x[e] for d, e in zip(spatial, spatial[1:])):
+        return None  # the pixels are not one flat run
+    lda = st[spatial[-1]] if spatial else x[1]
+    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, view[2] if view else 0, (st[0], lda),
+                   (x[0],), pixel_rows=True)
+
+
+def _coords(g: Graph, prims: list[Prim], lin: Prim) -> dict[int, tuple[int | None, ...]] | str:
+    """The product and every member computed from it, each with the product dim behind each of
+    its own dims (None: a size-1 dim), or why a member cannot be written from the product's tile:
+    after the product come elementwise prims and views that only permute dims (the two halves of
+    a layout pair: the tile stored channels-last)."""
+    rank = len(g.types[lin.output].shape)
+    coords: dict[int, tuple[int | None, ...]] = {lin.output: tuple(range(rank))}
     for p in prims:
-        if any(v in after for v in p.inputs):
-            after.add(p.output)
-    return after
+        seen = {coords[v] for v in p.inputs if v in coords}
+        if not seen or p.output == lin.output:
+            continue
+        why = f"{p.op.value} after {lin.op.value} {g.name(lin.output)} is not elementwise on its shape"
+        if len(seen) > 1:
+            return why
+        (c,) = seen
+        if p.op is Op.VIEW:
+            c = _permuted(p.attrs.map, c)
+            if c is None:
+                return f"view {g.name(p.output)} after {lin.op.value} {g.name(lin.output)} is not a permutation"
+        elif p.kind is not Kind.ELEMENTWISE or any(v in coords and g.types[v].shape != g.types[p.output].shape
+                                                   for v in p.inputs):
+            return why
+        coords[p.output] = c
+    return coords
+
+
+def _permuted(m, c: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
+    """The coords (see ``_coords``) of a view's output from its input's, when the view only
+    permutes dims and adds or drops size-1 dims; else None."""
+    if m.mask:
+        return None
+    out: list[int | None] = [None] * len(m.out_shape)
+    for j, e in enumerate(m.index):
+        a = e.as_atom()
+        if e.is_const and m.in_shape[j] == 1:
+            continue
+        if not isinstance(a, ix.Var) or out[a.i] is not None or m.out_shape[a.i] != m.in_shape[j]:
+            return None
+        out[a.i] = c[j]
+    if any(o is None and m.out_shape[d] != 1 for d, o in enumerate(out)):
+        return None
+    return tuple(out)
 
 
 def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
@@ -173,16 +250,14 @@ def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
     prod = _product(g, prims)
     if isinstance(prod, str):
         return prod
-    lin, shape = prod.prim, g.types[prod.prim.output].shape
-    after = _epilogue(prims, lin)
+    lin = prod.prim
+    coords = _coords(g, prims, lin)
+    if isinstance(coords, str):
+        return coords
     for p in prims:
-        if p.output == lin.output:
-            continue
-        if p.output in after and (p.kind is not Kind.ELEMENTWISE or g.types[p.output].shape != shape):
-            return f"{p.op.value} after {lin.op.value} {g.name(lin.output)} is not elementwise on its shape"
-        if p.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
+        if p.output not in coords and p.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
             return f"{p.op.value} cannot share a kernel with a generated GEMM"
-    if any(v not in after for v in outputs):
+    if any(v not in coords for v in outputs):
         return "a generated GEMM writes only the product and values computed from it"
     return None
 
@@ -229,18 +304,20 @@ class GemmLowerer(KernelLowerer):
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         ok = inl.conds([(col, 0, N)])
-        val = body.cast(inl.value(lin.inputs[0] if prod.conv else lin.inputs[1],
-                                  prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
+        val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
         if ok is not None:
             val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
-        pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), (
-            *body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val)), simd=True),))
+        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
+        if prod.pixel_rows:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
+            pack = Loop(j, ix.const(0), ix.const(NR), (Loop(k, ix.const(0), ix.const(K), store, simd=True),))
+        else:
+            pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), store, simd=True),))
 
         # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
         row0 = indexing.normalize((chunk * per_chunk + ix.var(mbl)) * MR, sizes)
         a_base = ix.const(prod.a_offset) + row0 * prod.a_strides[-1]
-        a_batch = _operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.conv else []
+        a_batch = _operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.weight_rows else []
         for e, stride in zip(a_batch, prod.a_strides):
             a_base = a_base + e * stride
         rows = ix.minimum(M - row0, MR, sizes)
@@ -248,11 +325,15 @@ class GemmLowerer(KernelLowerer):
         r, c = vs.new(MR), vs.new(NR)
         self.tile_at = indexing.normalize(ix.var(r) * NR + ix.var(c), sizes)
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
-        idx = prod.out_index(g, bidx, self.row, indexing.normalize(col0 + ix.var(c), sizes), sizes)
+        self.col = indexing.normalize(col0 + ix.var(c), sizes)
+        idx = prod.out_index(g, bidx, self.row, self.col, sizes)
         body = Body(self.names)
         self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        stores = [Store(self.buf[v], self._flat(v, idx), body.cast(inl.value(v, idx), g.types[v].dtype))
-                  for v in self.outputs]
+        coords = _coords(g, self.prims, lin)
+        stores = []
+        for v in self.outputs:  # each output at the tile element's position in its own dims
+            own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
+            stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
         tile = Call("kn_gemm_tile", (rows, ix.const(K), (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
                                      ix.const(prod.a_strides[-1]), "bp", "tl"))
@@ -262,7 +343,8 @@ class GemmLowerer(KernelLowerer):
                        (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR)), threads=True)
         comment, _ = self.describe()
         note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, "
-                f"tiles of {MR} rows" + (" (1x1 convolution: A is the weight)" if prod.conv else ""))
+                f"tiles of {MR} rows" + (" (1x1 convolution: A is the weight)" if prod.weight_rows else
+                                         " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else ""))
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
@@ -275,7 +357,8 @@ class GemmLowerer(KernelLowerer):
         if v == lin.output:
             acc = body.let("load", "float32", (), ("tl", self.tile_at))
             if self.prod.conv and len(lin.inputs) > 2:  # the convolution's own bias, per output channel
-                acc = body.let("add", "float32", (acc, body.cast(self.epilogue.value(lin.inputs[2], [self.row]), "float32")))
+                channel = self.col if self.prod.pixel_rows else self.row
+                acc = body.let("add", "float32", (acc, body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")))
             return acc
         # Columns past N (the last panel) and rows past M index past the value: clamp the flat
         # offset, not each dim, so a 1x1 convolution's pixel offset stays affine and vectorizes.

@@ -74,6 +74,31 @@ def _pointwise_conv(shape=(1, 80, 5, 7), cout=12, strides=(1, 1), bias=True, pro
     return finish(b, b.unary(Op.RELU, y))
 
 
+def _channels_last_conv(n=1, h=5, w=7, cin=24, cout=40, residual=True, bias=True):
+    """A 1x1 convolution between channels-last tensors (the halves of layout pairs around it):
+    the pixels are A's rows, the tile is stored through the output's permutation, and the
+    residual add and relu after it work in NHWC."""
+    rng = np.random.default_rng(4)
+    b = Builder()
+    x = b.permute(b.input((n, h, w, cin)), (0, 3, 1, 2))
+    wt = b.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    bb = b.constant(rng.standard_normal(cout).astype(np.float32)) if bias else None
+    y = b.permute(b.conv(x, wt, bb, ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1)), (0, 2, 3, 1))
+    if residual:
+        y = b.binary(Op.ADD, y, b.input((n, h, w, cout)))
+    return finish(b, b.unary(Op.RELU, y))
+
+
+def _squeeze_excite(cin=72, cout=24):
+    """The 1x1 convolution of a squeeze-excitation block on a 1x1 map: one pixel, one A row."""
+    rng = np.random.default_rng(5)
+    b = Builder()
+    x = b.input((1, cin, 1, 1))
+    wt = b.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    y = b.conv(x, wt, b.constant(rng.standard_normal(cout).astype(np.float32)), ConvAttrs((1, 1), (0,) * 4, (1, 1), 1))
+    return finish(b, b.unary(Op.SIGMOID, y))
+
+
 def _batched(batch=(2, 3), m=13, k=40, n=33, b_batch=True):
     """Both operands activations (attention's probabilities @ values), or a shared B."""
     b = Builder()
@@ -100,7 +125,14 @@ CASES = {
     "conv1x1_prologue": lambda: _pointwise_conv(prologue=Op.SIGMOID),
     "conv1x1_narrow": lambda: _pointwise_conv(shape=(1, 8, 13, 13), cout=40),
     "conv1d_1x1": lambda: _pointwise_conv(shape=(1, 33, 50), cout=7, strides=(1,)),
+    "conv1x1_channels_last": lambda: _channels_last_conv(),
+    "conv1x1_channels_last_two_images": lambda: _channels_last_conv(n=2, h=3, w=11, cin=9, cout=70, residual=False),
+    "conv1x1_channels_last_no_bias": lambda: _channels_last_conv(h=1, w=1, cin=33, cout=33, bias=False),
+    "conv1x1_one_pixel": lambda: _squeeze_excite(),
 }
+
+PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
+              "conv1x1_one_pixel"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -110,7 +142,9 @@ def test_gemm_matches_interpreter(name):
     assert kernel_kind(g, members, outputs, codegen.why_not) is None  # generated code, not a library call
     kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
     assert kernel.provider == "c"
-    assert "GEMM" in "\n".join(codegen.lower(g, members, outputs, num_threads=THREADS).notes)
+    notes = "\n".join(codegen.lower(g, members, outputs, num_threads=THREADS).notes)
+    assert "GEMM" in notes
+    assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
