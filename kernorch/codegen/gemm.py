@@ -11,9 +11,12 @@ through memory. Large products (GPT-2's 768x3072) still run ~15% slower than one
 
 The kernel: one MATMUL (float32, both operands at least 2-D, batch dims broadcast; A a strided
 view of a kernel input with contiguous rows, B anything the inliner computes: a transposed
-weight, a slice of an activation, a prologue) or one 1x1 CONV without pads or groups (A the
-contiguous weight, B the image's pixels, any stride), and elementwise prims of the product's
-shape after it. Threads split (batch, column panel, row chunk) units;
+weight, a slice of an activation, a prologue) or one 1x1 CONV without pads or groups, and
+elementwise prims of the product's shape after it, or views that only permute its dims (the tile
+is then stored through the permutation). A convolution's image with contiguous channels and unit
+strides (channels-last: the NHWC half of a layout pair, or a 1x1 map) gives A = its pixels and
+B = the weight, packed row by row (``pixel_rows``): the tile is 6 pixels x 32 channels, stored
+contiguously in NHWC. Otherwise A is the contiguous weight and B the image's pixels, any stride. Threads split (batch, column panel, row chunk) units;
 each unit packs its ``NR``-column panel of B once (``bp``), then for every ``MR``-row block
 ``kn_gemm_tile`` (C header) sums the products into a tile and the epilogue loop stores every
 kernel output from it. The solver still prices the library providers on the same candidate.
