@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from kernorch.codegen import indexing
-from kernorch.codegen.kernel import Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
+from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
 from kernorch.codegen.linear import layout_strides, operand_view
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
@@ -311,7 +311,10 @@ class GemmLowerer(KernelLowerer):
         if ok is not None:
             val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
         store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
-        if prod.pixel_rows:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
+        gemv = self._dot_columns(prod, bidx, col0, sizes)
+        if gemv is not None:
+            pack = ()
+        elif prod.pixel_rows:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
             pack = Loop(j, ix.const(0), ix.const(NR), (Loop(k, ix.const(0), ix.const(K), store, simd=True),))
         else:
             pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), store, simd=True),))
@@ -341,17 +344,55 @@ class GemmLowerer(KernelLowerer):
         tile = Call("kn_gemm_tile", (rows, ix.const(K), (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
                                      ix.const(prod.a_strides[-1]), "bp", "tl"))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
-        loop_rows = Loop(mbl, ix.const(0), blocks_here, (tile, epilogue))
-        par = Parallel(u, nb * npan * chunks, (pack, loop_rows),
-                       (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR)), threads=True)
+        if gemv is not None:  # one row: a dot product per column, written to the tile's first row
+            body_unit = (Loop(mbl, ix.const(0), blocks_here, (*gemv(cols, indexing.normalize(a_base, sizes)), epilogue)),)
+            arrays = (Decl("tl", "float32", MR * NR),)
+        else:
+            body_unit = (pack, Loop(mbl, ix.const(0), blocks_here, (tile, epilogue)))
+            arrays = (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
+        par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, "
-                f"tiles of {MR} rows" + (" (1x1 convolution: A is the weight)" if prod.weight_rows else
+                + ("one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows") + (" (1x1 convolution: A is the weight)" if prod.weight_rows else
                                          " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else ""))
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note,))
+
+    def _dot_columns(self, prod: Product, bidx: list, col0: ix.Expr, sizes):
+        """For a one-row product whose B is contiguous along k (a transposed weight; a 1x1
+        convolution's weight with the pixels as rows), a builder of the statements that set
+        ``tl[c] = sum over k of A[k] * B[k, col0 + c]`` for the unit's columns: a dot product per
+        column, vectorized along k, reading each weight row once (no panel to pack). Else None."""
+        if prod.M != 1 or not self._b_contiguous_along_k(prod):
+            return None
+        g, vs = self.g, self.vs
+
+        def build(cols: ix.Expr, a_base: ix.Expr) -> tuple:
+            c, k = vs.new(NR), vs.new(prod.K)
+            col = indexing.normalize(col0 + ix.var(c), sizes)
+            body = Body(self.names)
+            inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
+            b = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
+            a = body.let("load", "float32", (), (self.buf[prod.a_src], indexing.normalize(a_base + ix.var(k), sizes)))
+            part = f"a{next(self.names)}"
+            term = body.let("mul", "float32", (a, b))
+            dot = Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, Accum(part, None, "sum", term, "float32")),
+                       simd=True, reductions=((part, "sum", "float32"),))
+            return (Loop(c, ix.const(0), cols, (Decl(part, "float32", 1, 0.0), dot, Store("tl", ix.var(c), part))),)
+        return build
+
+    def _b_contiguous_along_k(self, prod: Product) -> bool:
+        if prod.pixel_rows:
+            return True
+        found = operand_view(self.g, self.producers, prod.b_value, prod.prim)
+        if isinstance(found, str):
+            return False
+        _, view, _ = found
+        shape = self.g.types[prod.b_value].shape
+        strides = tuple(view[1]) if view is not None else tuple(layout_strides(shape))
+        return strides[-2] == 1
 
     def _leaf(self, v: int, idx: tuple, body: Body) -> str:
         g, lin = self.g, self.prod.prim

@@ -89,11 +89,12 @@ def _channels_last_conv(n=1, h=5, w=7, cin=24, cout=40, residual=True, bias=True
     return finish(b, b.unary(Op.RELU, y))
 
 
-def _squeeze_excite(cin=72, cout=24):
-    """The 1x1 convolution of a squeeze-excitation block on a 1x1 map: one pixel, one A row."""
+def _squeeze_excite(cin=72, cout=24, images=1):
+    """The 1x1 convolution of a squeeze-excitation block on a 1x1 map: one pixel, one A row, a
+    dot product per output channel."""
     rng = np.random.default_rng(5)
     b = Builder()
-    x = b.input((1, cin, 1, 1))
+    x = b.input((images, cin, 1, 1))
     wt = b.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32))
     y = b.conv(x, wt, b.constant(rng.standard_normal(cout).astype(np.float32)), ConvAttrs((1, 1), (0,) * 4, (1, 1), 1))
     return finish(b, b.unary(Op.SIGMOID, y))
@@ -129,10 +130,13 @@ CASES = {
     "conv1x1_channels_last_two_images": lambda: _channels_last_conv(n=2, h=3, w=11, cin=9, cout=70, residual=False),
     "conv1x1_channels_last_no_bias": lambda: _channels_last_conv(h=1, w=1, cin=33, cout=33, bias=False),
     "conv1x1_one_pixel": lambda: _squeeze_excite(),
+    "conv1x1_one_pixel_two_images": lambda: _squeeze_excite(cin=100, cout=50, images=2),
+    "one_row_transposed_weight": lambda: _dense(m=1, k=300, n=77, transposed=True, act=Op.RELU),
 }
+DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images", "one_row_transposed_weight"}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
-              "conv1x1_one_pixel"}
+              "conv1x1_one_pixel", "conv1x1_one_pixel_two_images"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -145,6 +149,7 @@ def test_gemm_matches_interpreter(name):
     notes = "\n".join(codegen.lower(g, members, outputs, num_threads=THREADS).notes)
     assert "GEMM" in notes
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
+    assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
