@@ -301,6 +301,9 @@ class GemmLowerer(KernelLowerer):
         bidx = _unflatten(bt, batch, sizes)
         col0 = indexing.normalize(pan * NR, sizes)
 
+        if prod.pixel_rows and prod.M > 1:  # the weight (Cout, Cin, 1..) read as B (Cin, .., Cout): rows along n
+            self.pack(prod.b_value, (*range(1, len(g.types[prod.b_value].shape)), 0))
+
         # pack the B panel: bp[k*NR + j] = B[batch, k, col0 + j] (zero past N)
         k, j = vs.new(K), vs.new(NR)
         col = indexing.normalize(col0 + ix.var(j), sizes)
@@ -314,7 +317,7 @@ class GemmLowerer(KernelLowerer):
         gemv = self._dot_columns(prod, bidx, col0, sizes)
         if gemv is not None:
             pack = ()
-        elif prod.pixel_rows:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
+        elif prod.pixel_rows and prod.b_value not in self.packs:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
             pack = Loop(j, ix.const(0), ix.const(NR), (Loop(k, ix.const(0), ix.const(K), store, simd=True),))
         else:
             pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), store, simd=True),))
@@ -358,7 +361,7 @@ class GemmLowerer(KernelLowerer):
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
-                          workspace=0, notes=(note,))
+                          workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
 
     def _dot_columns(self, prod: Product, bidx: list, col0: ix.Expr, sizes):
         """For a one-row product whose B is contiguous along k (a transposed weight; a 1x1

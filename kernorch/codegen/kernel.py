@@ -133,3 +133,6 @@ class KernelSpec(SpecHeader):
 
     body: tuple[Stmt, ...]
     workspace: int = 0
+    # (input position, permutation of its dims): the kernel reads that input, a constant weight, as
+    # ``x.permute(perm).contiguous()``, a copy its runner makes once (the order its loops read it in)
+    packs: tuple[tuple[int, tuple[int, ...]], ...] = ()

@@ -26,7 +26,7 @@ from kernorch.codegen.schedule import Stage, interchange, make_schedule, transpo
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind
+from kernorch.ir.prims import Kind, Op
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
@@ -79,6 +79,9 @@ class _Lowerer(KernelLowerer):
 
     def run(self, name: str | None) -> KernelSpec:
         g = self.g
+        for p in self.prims:  # depthwise weights channels-last: a channels-last loop reads them contiguously
+            if p.op is Op.CONV and g.types[p.inputs[1]].shape[1] == 1 and len(g.types[p.inputs[1]].shape) == 4:
+                self.pack(p.inputs[1], (2, 3, 1, 0))
         sch = make_schedule(g, self.prims, self.outputs, self.vs, self.threads)
         args = self.assign_buffers(sch)
         body = tuple(self.group([sch.stages[k] for k in ks], P) for ks, P in sch.groups)
@@ -91,7 +94,7 @@ class _Lowerer(KernelLowerer):
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=body, sizes=tuple(self.vs.sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
-                          workspace=self.arena, notes=tuple(notes))
+                          workspace=self.arena, notes=tuple(notes) + self.pack_notes(), packs=self.pack_specs())
 
     # -- groups and stages ------------------------------------------------------------------
     def group(self, stages: list[Stage], P: int) -> Parallel:

@@ -59,6 +59,19 @@ class KernelLowerer:
         ins, _ = g.boundary(members)
         self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
         self.ext = [v for v in ins if v not in self.imm]
+        self.packs: dict[int, tuple[int, ...]] = {}  # constant input -> the dim order it is read in
+
+    def pack(self, v: int, perm: tuple[int, ...]) -> None:
+        """Read constant input ``v`` with its dims in ``perm`` order (a copy the runner makes once)."""
+        if v in self.ext and v in self.g.constants and tuple(perm) != tuple(range(len(perm))):
+            self.packs[v] = tuple(perm)
+
+    def pack_notes(self) -> tuple[str, ...]:
+        return tuple(f"in{self.ext.index(v)} packed once with its dims in order {perm}" for v, perm in self.packs.items())
+
+    def pack_specs(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """``KernelSpec.packs``: (input position, permutation) of every packed input."""
+        return tuple((self.ext.index(v), perm) for v, perm in self.packs.items())
 
     def assign_buffers(self, sch: Schedule, forced: set[int] = frozenset(), arena: bool = True) -> tuple[Arg, ...]:
         """Give a buffer (``self.buf``: value -> name) to every input, output and scratch value:
@@ -105,7 +118,10 @@ class KernelLowerer:
 
     # -- reads ------------------------------------------------------------------------------
     def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        return indexing.flat(idx, self.g.types[v].shape, self.vs.sizes)
+        shape, perm = self.g.types[v].shape, self.packs.get(v)
+        if perm is not None:
+            return indexing.flat([idx[d] for d in perm], [shape[d] for d in perm], self.vs.sizes)
+        return indexing.flat(idx, shape, self.vs.sizes)
 
     def _clamped_flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
         """Flat offset with each dim index clamped where it may leave its range (masked-out

@@ -78,6 +78,25 @@ class CKernel(Kernel):
         self.spec, self.fn, self.lib, self.num_threads = spec, fn, lib, num_threads
         self._ws = torch.empty(max(spec.workspace, 1), dtype=torch.uint8)
         self._nargs = len(spec.inputs) + len(spec.outputs) + (1 if spec.workspace else 0)
+        self._packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # position -> (source, its packed copy)
+
+    def bound(self, ins: list) -> list:
+        """The tensors the C function reads: ``ins`` with each packed input (``spec.packs``: a
+        constant weight) replaced by its permuted copy, made at the first call and kept while
+        the same tensor comes back."""
+        if not self.spec.packs:
+            return ins
+        out = list(ins)
+        for pos, perm in self.spec.packs:
+            t = ins[pos]
+            if t is None:
+                continue
+            held = self._packed.get(pos)
+            if held is None or held[0] is not t:
+                shape = self.in_types[pos].shape
+                held = self._packed[pos] = (t, t.reshape(shape).permute(perm).contiguous())
+            out[pos] = held[1]
+        return out
 
     def _run(self, ins, outs) -> None:
         self.prepared(ins, outs)()
@@ -85,6 +104,7 @@ class CKernel(Kernel):
     def prepared(self, ins, outs):
         """A call on these buffers with its argument array built once: what a native run pays per
         kernel (the price of a kernel leaves out the marshalling the runtime never does)."""
+        ins = self.bound(ins)
         ptrs = [t.data_ptr() for t in ins] + [t.data_ptr() for t in outs]
         if self.spec.workspace:
             ptrs.append(self._ws.data_ptr())

@@ -171,6 +171,7 @@ def _kernel_record(kern, w: saved.Writer) -> dict:
     if isinstance(kern, CKernel):
         return {"kind": "c", "inputs": list(kern.inputs), "function": kern.spec.name, "threads": kern.num_threads,
                 "workspace": kern.spec.workspace, "key": kern.spec.key,
+                "packs": [[pos, list(perm)] for pos, perm in kern.spec.packs],
                 "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
     if isinstance(kern, ProviderKernel):
         prov = _provider(kern.provider, kern.built.state["threads"])
@@ -206,10 +207,20 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
         raise KernorchError("its arguments or function name do not match its prims and source")
     if not 1 <= threads <= 4096 or not 0 <= workspace < 1 << 40:
         raise KernorchError(f"implausible threads {threads} or workspace {workspace}")
+    packs = tuple(_pack(p, inputs, g) for p in rec.get("packs", []))
     spec = KernelSpec(name=name, args=(), body=(), sizes=(), inputs=tuple(inputs), outputs=tuple(outputs),
-                      key=str(rec["key"]), workspace=workspace)
+                      key=str(rec["key"]), workspace=workspace, packs=packs)
     lib = load_library(r.blob_path(rec["lib"]).resolve())
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
+
+
+def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...]]:
+    """One (input position, permutation) of a kernel's packed constants, checked."""
+    pos, perm = saved.as_int(rec[0]), tuple(saved.as_int(d) for d in rec[1])
+    if not 0 <= pos < len(inputs) or inputs[pos] not in g.constants \
+            or sorted(perm) != list(range(len(g.types[inputs[pos]].shape))):
+        raise KernorchError(f"implausible packed input {pos} {perm}")
+    return pos, perm
 
 
 def kernel_members(g: Graph, rec: dict) -> tuple[set[int], list[int]]:

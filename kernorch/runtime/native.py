@@ -89,7 +89,7 @@ class NativeRun:
         patch: list[int] = []
         self.reads: set[int] = set()  # pointer-table indices the run reads
         for k, (kern, ins, dyn_in, outs, dyn_out) in enumerate(steps):
-            tensors = list(ins) + list(outs) + ([kern._ws] if kern.spec.workspace else [])
+            tensors = list(kern.bound(ins)) + list(outs) + ([kern._ws] if kern.spec.workspace else [])
             arr = (ctypes.c_void_p * max(len(tensors), 1))(*[0 if t is None else t.data_ptr() for t in tensors])
             self._keep.extend(t for t in tensors if t is not None)
             for pos, v in [(i, v) for i, v in dyn_in] + [(len(ins) + i, v) for i, v in dyn_out]:

@@ -150,6 +150,8 @@ def test_gemm_matches_interpreter(name):
     assert "GEMM" in notes
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
+    # the weight of a pixel-rows tile is read from a (Cin, 1, 1, Cout) copy packed once
+    assert ("packed once" in notes) == (name in PIXEL_ROWS - DOT_PER_COLUMN)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 

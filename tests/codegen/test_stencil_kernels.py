@@ -5,6 +5,7 @@ convolution stays a library kernel, and the Triton generator never takes one."""
 
 import numpy as np
 import pytest
+import torch
 
 from cg_util import THREADS, check, finish
 from kernorch import codegen
@@ -31,7 +32,22 @@ def _conv(shape=(1, 8, 13, 11), cout=None, groups=None, k=3, strides=(1, 1), pad
     return finish(b, b.unary(epilogue, y) if epilogue else y)
 
 
+def _channels_last_depthwise(shape=(1, 9, 9, 40), k=5, strides=(1, 1)):
+    """A depthwise convolution between channels-last tensors (the halves of layout pairs): the
+    loops run along channels, so the weight is read from a (kh, kw, 1, C) copy packed once."""
+    b = Builder()
+    rng = np.random.default_rng(2)
+    c = shape[-1]
+    x = b.permute(b.input(shape), (0, 3, 1, 2))
+    w = b.constant(rng.standard_normal((c, 1, k, k)).astype(np.float32))
+    y = b.conv(x, w, b.constant(rng.standard_normal(c).astype(np.float32)),
+               ConvAttrs(strides, (k // 2,) * 4, (1, 1), c))
+    return finish(b, b.permute(b.unary(Op.RELU, y), (0, 2, 3, 1)))
+
+
 CASES = {
+    "depthwise_channels_last": lambda: _channels_last_depthwise(),
+    "depthwise_channels_last_stride2": lambda: _channels_last_depthwise(shape=(2, 8, 11, 19), k=3, strides=(2, 2)),
     "depthwise": lambda: _conv(),
     "depthwise_stride2": lambda: _conv(strides=(2, 2)),
     "depthwise_5x5": lambda: _conv(k=5, pads=(2, 2, 2, 2)),
@@ -53,7 +69,26 @@ def test_stencil_matches_interpreter(name):
     assert codegen.why_not(g, members, outputs) is None
     kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
     assert kernel.provider == "c"
+    assert bool(kernel.spec.packs) == name.startswith("depthwise")  # 2-D depthwise weights are read channels-last
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)  # the packed copy is reused
+
+
+def test_packed_weight_follows_a_new_weight_tensor():
+    """A packed copy belongs to the tensor it was made from: another weight tensor at the same
+    input position is packed again, never served the stale copy."""
+    g, members, outputs = _channels_last_depthwise()
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    (pos, _), = kernel.spec.packs
+    rng = np.random.default_rng(7)
+    ins = [rng.standard_normal(t.shape).astype(np.float32) for t in kernel.in_types]
+    tensors = [torch.from_numpy(a) for a in ins]
+    first = kernel.run(tensors)[0].clone()
+    tensors[pos] = torch.from_numpy(-ins[pos])
+    second = kernel.run(tensors)[0]
+    assert not torch.equal(first, second)
+    tensors[pos] = torch.from_numpy(ins[pos])
+    assert torch.equal(kernel.run(tensors)[0], first)
 
 
 def test_too_many_taps_stay_a_library_kernel():

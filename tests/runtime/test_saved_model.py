@@ -192,3 +192,22 @@ def test_candy_round_trips_in_a_new_process(tmp_path):
                            str(tmp_path / "x.npy")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert np.array_equal(np.load(tmp_path / "again.npy"), got)
+
+
+def test_packed_weights_round_trip(tmp_path):
+    """Generated kernels that read a constant from a copy packed once (a depthwise weight read
+    channels-last) save the packing with the kernel; both loaders rebuild it."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 16, 9, 9)
+    model = kernorch.compile(net, x, cost="model", regions=False, providers=(), threads=2, progress=False,
+                             db=tmp_path / "db.sqlite")
+    assert any(getattr(k, "spec", None) is not None and k.spec.packs for k in model.executable.kernels)
+    got = model(x.numpy())
+    assert np.abs(got - net(x).detach().numpy()).max() <= 1e-5
+    d = model.save(tmp_path / "packed")
+    record = json.loads((d / "model.json").read_text())
+    assert any(k.get("packs") for k in record["kernels"])
+    assert np.array_equal(kernorch.load(d)(x.numpy()), got)
+    assert np.array_equal(kernorch.load(d, trust_libraries=True)(x.numpy()), got)
