@@ -15,11 +15,13 @@ weight, a slice of an activation, a prologue) or one 1x1 CONV without pads or gr
 elementwise prims of the product's shape after it, or views that only permute its dims (the tile
 is then stored through the permutation). A convolution's image with contiguous channels and unit
 strides (channels-last: the NHWC half of a layout pair, or a 1x1 map) gives A = its pixels and
-B = the weight, packed row by row (``pixel_rows``): the tile is 6 pixels x 32 channels, stored
-contiguously in NHWC. Otherwise A is the contiguous weight and B the image's pixels, any stride. Threads split (batch, column panel, row chunk) units;
-each unit packs its ``NR``-column panel of B once (``bp``), then for every ``MR``-row block
-``kn_gemm_tile`` (C header) sums the products into a tile and the epilogue loop stores every
-kernel output from it. The solver still prices the library providers on the same candidate.
+B = the weight, read from a (Cin, Cout) copy packed once (``KernelSpec.packs``): the tile is 6
+pixels x 32 channels, stored contiguously in NHWC. Otherwise A is the contiguous weight and B the
+image's pixels, any stride. Threads split (batch, column panel, row chunk) units; each unit packs
+its ``NR``-column panel of B once (``bp``), then for every ``MR``-row block ``kn_gemm_tile`` (C
+header) sums the products into a tile and the epilogue loop stores every kernel output from it.
+A product of one row (a 1x1 map, one token) skips the panel: a dot product per column along k.
+The solver still prices the library providers on the same candidate.
 """
 
 from __future__ import annotations
@@ -317,7 +319,8 @@ class GemmLowerer(KernelLowerer):
         gemv = self._dot_columns(prod, bidx, col0, sizes)
         if gemv is not None:
             pack = ()
-        elif prod.pixel_rows and prod.b_value not in self.packs:  # B is the weight, contiguous along k: read it in rows, scatter into the panel
+        elif prod.pixel_rows and prod.b_value not in self.packs:  # a computed weight, contiguous along k:
+            # read it in rows, scatter into the panel
             pack = Loop(j, ix.const(0), ix.const(NR), (Loop(k, ix.const(0), ix.const(K), store, simd=True),))
         else:
             pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), store, simd=True),))
@@ -348,16 +351,18 @@ class GemmLowerer(KernelLowerer):
                                      ix.const(prod.a_strides[-1]), "bp", "tl"))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
-            body_unit = (Loop(mbl, ix.const(0), blocks_here, (*gemv(cols, indexing.normalize(a_base, sizes)), epilogue)),)
+            dots = gemv(cols, indexing.normalize(a_base, sizes))
+            body_unit = (Loop(mbl, ix.const(0), blocks_here, (*dots, epilogue)),)
             arrays = (Decl("tl", "float32", MR * NR),)
         else:
             body_unit = (pack, Loop(mbl, ix.const(0), blocks_here, (tile, epilogue)))
             arrays = (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
         par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
-        note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, "
-                + ("one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows") + (" (1x1 convolution: A is the weight)" if prod.weight_rows else
-                                         " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else ""))
+        how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
+        role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
+                " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else "")
+        note = f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, {how}{role}"
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
@@ -405,7 +410,8 @@ class GemmLowerer(KernelLowerer):
             acc = body.let("load", "float32", (), ("tl", self.tile_at))
             if self.prod.conv and len(lin.inputs) > 2:  # the convolution's own bias, per output channel
                 channel = self.col if self.prod.pixel_rows else self.row
-                acc = body.let("add", "float32", (acc, body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")))
+                bias = body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")
+                acc = body.let("add", "float32", (acc, bias))
             return acc
         # Columns past N (the last panel) and rows past M index past the value: clamp the flat
         # offset, not each dim, so a 1x1 convolution's pixel offset stays affine and vectorizes.

@@ -67,7 +67,8 @@ class KernelLowerer:
             self.packs[v] = tuple(perm)
 
     def pack_notes(self) -> tuple[str, ...]:
-        return tuple(f"in{self.ext.index(v)} packed once with its dims in order {perm}" for v, perm in self.packs.items())
+        return tuple(f"in{self.ext.index(v)} packed once with its dims in order {perm}"
+                     for v, perm in self.packs.items())
 
     def pack_specs(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """``KernelSpec.packs``: (input position, permutation) of every packed input."""

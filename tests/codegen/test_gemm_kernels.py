@@ -133,7 +133,8 @@ CASES = {
     "conv1x1_one_pixel_two_images": lambda: _squeeze_excite(cin=100, cout=50, images=2),
     "one_row_transposed_weight": lambda: _dense(m=1, k=300, n=77, transposed=True, act=Op.RELU),
 }
-DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images", "one_row_transposed_weight"}
+DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
+                  "one_row_transposed_weight"}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images"}
