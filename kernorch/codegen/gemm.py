@@ -167,42 +167,52 @@ def _product(g: Graph, prims: list[Prim]) -> Product | str:
             return f"matmul {g.name(p.output)} has a vector operand"
         a_value = p.inputs[0]
         batch, M, K, N = tuple(out[:-2]), out[-2], x[-1], out[-1]
-    found = operand_view(g, producers, a_value, p)
+    found = _strided(g, producers, a_value, p)
     if isinstance(found, str):
         return found
-    src, view, _ = found
+    src, offset, strides = found
     shape = g.types[a_value].shape
-    strides = tuple(view[1]) if view is not None else tuple(layout_strides(shape))
     if g.types[src].size == 1:
         return f"{g.name(a_value)} is a scalar"
     if p.op is Op.CONV:
         if strides[1] != 1 or strides[0] != K:
             return f"weight {g.name(a_value)} is not contiguous"
-        return Product(p, batch, M, K, N, src, view[2] if view else 0, (0, K), (1,))
+        return Product(p, batch, M, K, N, src, offset, (0, K), (1,))
     if strides[-1] != 1 and K > 1:
         return f"rows of {g.name(a_value)} are not contiguous"
-    return Product(p, batch, M, K, N, src, view[2] if view else 0, strides[:-1], tuple(shape[:-2]))
+    return Product(p, batch, M, K, N, src, offset, strides[:-1], tuple(shape[:-2]))
+
+
+def _strided(g: Graph, producers: dict[int, Prim], v: int, user: Prim) -> tuple[int, int, tuple[int, ...]] | str:
+    """Operand ``v`` of ``user`` as (the kernel input it views, offset, strides per dim of ``v``),
+    or why it is not a strided view of a kernel input (``linear.operand_view``)."""
+    found = operand_view(g, producers, v, user)
+    if isinstance(found, str):
+        return found
+    src, view, _ = found
+    if view is None:
+        return src, 0, tuple(layout_strides(g.types[v].shape))
+    return src, view[2], tuple(view[1])
 
 
 def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
     """The 1x1 convolution ``p`` with its pixels as A's rows, when its image is a strided view
-    of a kernel input with contiguous channels and pixels one stride apart (unit conv strides),
-    and its weight contiguous; else None."""
+    of a kernel input with contiguous channels and pixels one stride apart (unit conv strides);
+    else None. The weight, B, may be anything the inliner computes."""
     x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
     if any(s != 1 for s in p.attrs.strides):
         return None
-    found = operand_view(g, producers, p.inputs[0], p)
+    found = _strided(g, producers, p.inputs[0], p)
     if isinstance(found, str):
         return None
-    src, view, _ = found
-    st = tuple(view[1]) if view is not None else tuple(layout_strides(x))
+    src, offset, st = found
     spatial = [d for d in range(2, len(x)) if x[d] > 1]
     if (x[1] > 1 and st[1] != 1) or g.types[src].size == 1:
         return None
     if any(st[d] != st[e] * x[e] for d, e in zip(spatial, spatial[1:])):
         return None  # the pixels are not one flat run
     lda = st[spatial[-1]] if spatial else x[1]
-    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, view[2] if view else 0, (st[0], lda),
+    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, offset, (st[0], lda),
                    (x[0],), pixel_rows=True)
 
 
@@ -394,13 +404,8 @@ class GemmLowerer(KernelLowerer):
     def _b_contiguous_along_k(self, prod: Product) -> bool:
         if prod.pixel_rows:
             return True
-        found = operand_view(self.g, self.producers, prod.b_value, prod.prim)
-        if isinstance(found, str):
-            return False
-        _, view, _ = found
-        shape = self.g.types[prod.b_value].shape
-        strides = tuple(view[1]) if view is not None else tuple(layout_strides(shape))
-        return strides[-2] == 1
+        found = _strided(self.g, self.producers, prod.b_value, prod.prim)
+        return not isinstance(found, str) and found[2][-2] == 1
 
     def _leaf(self, v: int, idx: tuple, body: Body) -> str:
         g, lin = self.g, self.prod.prim
