@@ -268,7 +268,7 @@ def kernel_analysis(model, feeds: dict[str, np.ndarray], repeat: int, copy_bw: O
     included), time shares per kernel class, and for every memory-bound kernel its achieved
     bandwidth (input + output bytes / time) over copy bandwidth."""
     ex = model.executable
-    secs, _ = ex.profile_in_call(feeds, repeat, [info.seconds or 0.0 for info in ex.infos])
+    secs, _ = ex.profile_in_call(feeds, repeat)
     total = sum(secs) or float("nan")
     by_class = {"memory": 0.0, "linear": 0.0, "opaque": 0.0}
     kernels = []

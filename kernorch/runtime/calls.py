@@ -164,8 +164,8 @@ class CallPlan:
     def __call__(self, args: Sequence[Any], numpy: bool, clock: list[float] | None = None) -> list:
         """Run on checked, contiguous CPU ``args`` (NumPy arrays when ``numpy``, else tensors);
         the outputs come back as NumPy arrays or tensors alike. ``clock``: a list that gets the
-        time before the first step and after each one (the in-context profile, see
-        ``Executable.profile_in_call``)."""
+        time before the first kernel and after each one, in program order, native runs included
+        (the in-context profile, see ``Executable.profile_in_call``)."""
         if self.single is not None and clock is None:
             fn, ins, patch, wants = self.single
             ins = list(ins)
@@ -196,7 +196,10 @@ class CallPlan:
                 clock.append(_now())
             for (kind, fn, a, b, c), drop in zip(self.steps, self.drops):
                 if kind == NATIVE:
-                    fn(self.table_address)
+                    if clock is None:
+                        fn(self.table_address)
+                    else:  # every kernel's end; the last one's is taken below, after the return
+                        clock.extend(fn.timed(self.table_address)[:-1])
                 elif kind == FRESH:
                     self._adopt(fn, a, b, c, env, numpy)
                 elif kind == PYTHON:

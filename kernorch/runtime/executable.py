@@ -181,37 +181,28 @@ class Executable:
         """The outputs when ``args`` need no conversion (``CallPlan.fast``), else None."""
         return (self._call_plans.get(self.native) or self._calls()).fast(args)
 
-    def profile_in_call(self, feeds, repeat: int = 10, weights: Sequence[float] | None = None,
-                        seconds: float | None = None) -> tuple[list[float], float]:
-        """(seconds per kernel, seconds per call), medians over ``repeat`` calls timed step by step
-        inside the real call: the kernels run as the model runs them, each after its
-        predecessors, with the same buffers, dispatch and native runs, so the times hold the
-        caches' and the pool's state of the model. A native run of several C kernels is one
-        step; its time is shared out over its kernels in proportion to ``weights`` (default
-        equal). Gaps between steps (the loop, adopting buffers) count toward the step before.
-        ``seconds``: stop after that long once 3 calls are timed (large models)."""
+    def profile_in_call(self, feeds, repeat: int = 10, seconds: float | None = None) -> tuple[list[float], float]:
+        """(seconds per kernel, seconds per call), medians over ``repeat`` calls timed kernel by
+        kernel inside the real call: the kernels run as the model runs them, each after its
+        predecessors, with the same buffers, dispatch and native runs (whose driver reads the
+        clock after every kernel), so the times hold the caches' and the pool's state of the
+        model. Gaps between kernels (the loop, adopting buffers, returning from a native run)
+        count toward the kernel before. ``seconds``: stop after that long once 3 calls are timed
+        (large models)."""
         calls = self._calls()
         args = [to_tensor(a) for a in (check_inputs(self.sig.graph, feeds)[v] for v in self.sig.graph.inputs)]
         for _ in range(2):  # warm-up: first-call preparation, caches
             calls(args, False)
-        steps: list[list[float]] = [[] for _ in calls.step_kernels]
+        per_kernel: list[list[float]] = [[] for _ in self.kernels]
         totals: list[float] = []
         end = math.inf if seconds is None else time.perf_counter() + seconds
         while len(totals) < max(1, repeat) and (len(totals) < 3 or time.perf_counter() < end):
             clock: list[float] = []
             calls(args, False, clock)
-            for k in range(len(steps)):
-                steps[k].append(clock[k + 1] - clock[k])
+            for k, ts in enumerate(per_kernel):
+                ts.append(clock[k + 1] - clock[k])
             totals.append(clock[-1] - clock[0])
-        per_kernel = [0.0] * len(self.kernels)
-        for ks, ts in zip(calls.step_kernels, steps):
-            w = [max(weights[k], 0.0) for k in ks] if weights is not None else []
-            if not sum(w):
-                w = [1.0] * len(ks)
-            share = float(np.median(ts)) / sum(w)
-            for k, wk in zip(ks, w):
-                per_kernel[k] = share * wk
-        return per_kernel, float(np.median(totals))
+        return [float(np.median(ts)) for ts in per_kernel], float(np.median(totals))
 
     def profile(self, feeds, repeat: int = 10) -> list[float]:
         """Median seconds per kernel over ``repeat`` runs (kernel by kernel, synchronized around

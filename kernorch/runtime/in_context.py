@@ -44,7 +44,7 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     try:
         for r in range(max(1, knobs.context_rounds)):
             hot = _hot(plan, measured)
-            priced, call_s = _priced_in_call(plan, built, hot, feeds)
+            priced, call_s = _priced_in_call(plan, built, feeds)
             tried.append((priced, built))
             rep.context_rounds.append((len(plan.kernels), sum(hot), call_s))
             if r + 1 == knobs.context_rounds:
@@ -63,7 +63,7 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     # interleaved, and price the winner again now, as the compile is about to time it.
     med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds, RACE_ROUNDS, RACE_S)
     plan, built = tried[int(min(med, key=med.__getitem__))]
-    return _priced_in_call(plan, built, _hot(plan, measured), feeds)[0], built
+    return _priced_in_call(plan, built, feeds)[0], built
 
 
 def _hot(plan: Plan, measured) -> list[float]:
@@ -71,10 +71,10 @@ def _hot(plan: Plan, measured) -> list[float]:
     return [measured.hot(c) or 0.0 for c in plan.kernels]
 
 
-def _priced_in_call(plan: Plan, built: Executable, hot: list[float], feeds) -> tuple[Plan, float]:
+def _priced_in_call(plan: Plan, built: Executable, feeds) -> tuple[Plan, float]:
     """(``plan`` with its kernels' in-call times as costs, seconds per call); the executable's
-    kernel infos get the same times. ``hot``: the prices timed alone, to share native runs."""
-    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, hot, PROFILE_S)
+    kernel infos get the same times."""
+    per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, PROFILE_S)
     for info, t in zip(built.infos, per_kernel):
         info.seconds = t
     return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), call_s

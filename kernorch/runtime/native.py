@@ -21,6 +21,7 @@ from kernorch.errors import CompilerError
 from kernorch.options import Env
 
 DRIVER = """
+#include <time.h>
 typedef void (*kn_kernel)(void *const *args, int nthreads);
 typedef struct {
     int n, npatch;
@@ -34,6 +35,17 @@ void kn_run_all(const kn_plan *p, void *const *dyn) {
         p->args[p->patch[3 * q]][p->patch[3 * q + 1]] = dyn[p->patch[3 * q + 2]];
     for (int i = 0; i < p->n; i++)
         p->fns[i](p->args[i], p->threads[i]);
+}
+/* The same run, with the monotonic clock (Python's perf_counter) read after every kernel. */
+void kn_run_timed(const kn_plan *p, void *const *dyn, double *stamps) {
+    struct timespec t;
+    for (int q = 0; q < p->npatch; q++)
+        p->args[p->patch[3 * q]][p->patch[3 * q + 1]] = dyn[p->patch[3 * q + 2]];
+    for (int i = 0; i < p->n; i++) {
+        p->fns[i](p->args[i], p->threads[i]);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        stamps[i] = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    }
 }
 """
 
@@ -50,11 +62,17 @@ def driver(env: Env | None = None):
     """The ``kn_run_all`` entry point, built once per process (cached on disk like any kernel) by
     the first caller: compile() and load() pass the Env they read, so an executable's first run
     finds it built."""
+    return _entries(env)[0]
+
+
+def _entries(env: Env | None = None) -> tuple:
+    """(``kn_run_all``, ``kn_run_timed``) of the driver library, built once per process."""
     if not _DRIVER:
-        fn = toolchain.load(toolchain.compile_source(DRIVER, env or Env.read())).kn_run_all
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = None
-        _DRIVER.append(fn)
+        lib = toolchain.load(toolchain.compile_source(DRIVER, env or Env.read()))
+        lib.kn_run_all.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.kn_run_timed.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.kn_run_all.restype = lib.kn_run_timed.restype = None
+        _DRIVER.append((lib.kn_run_all, lib.kn_run_timed))
     return _DRIVER[0]
 
 
@@ -81,7 +99,8 @@ class NativeRun:
 
     def __init__(self, steps: Sequence[tuple], index: Mapping[int, int]) -> None:
         self.n = len(steps)
-        self._call = driver()
+        self._call, self._timed = _entries()
+        self._stamps = (ctypes.c_double * max(self.n, 1))()
         self._fns = (ctypes.c_void_p * self.n)(*[ctypes.cast(s[0].fn, ctypes.c_void_p).value for s in steps])
         self._threads = (ctypes.c_int * self.n)(*[s[0].num_threads for s in steps])
         self._argv = []
@@ -105,3 +124,9 @@ class NativeRun:
     def __call__(self, table: int) -> None:
         """Run the kernels; ``table`` is the address of the call's pointer table."""
         self._call(self.address, table)
+
+    def timed(self, table: int) -> list[float]:
+        """Run the kernels as ``__call__`` does; the ``time.perf_counter()`` reading after each
+        kernel (the in-context profile sees every kernel of a run, not just the run)."""
+        self._timed(self.address, table, ctypes.addressof(self._stamps))
+        return self._stamps[:self.n]

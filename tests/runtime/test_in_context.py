@@ -1,6 +1,7 @@
 """Pricing in context: kernels timed inside real calls, prices updated from them, the solver run
 again, and the plan that runs fastest kept (runtime/in_context.py)."""
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,31 +36,31 @@ def _unfused(tmp_path):
     return model, {"x": x.numpy(), "y": y.numpy()}, (x, y)
 
 
-def test_clock_gets_a_time_before_and_after_every_step_and_changes_no_result(tmp_path):
+def test_clock_gets_a_time_before_and_after_every_kernel_and_changes_no_result(tmp_path):
     model, _, (x, y) = _unfused(tmp_path)
     calls = model.executable._calls()
+    assert any(kind == NATIVE and len(ks) > 1 for (kind, *_), ks in zip(calls.steps, calls.step_kernels)), \
+        "the unfused plan of C kernels has a native run of several kernels"
     want = model(x, y)
+    before = time.perf_counter()
     clock: list[float] = []
     got = calls([x, y], False, clock)
-    assert len(clock) == len(calls.steps) + 1 and clock == sorted(clock)
+    after = time.perf_counter()
+    # The native driver's readings are on perf_counter's clock: in order, inside the call.
+    assert len(clock) == len(model.kernels) + 1 and clock == sorted(clock)
+    assert before <= clock[0] and clock[-1] <= after
     assert sum(len(ks) for ks in calls.step_kernels) == len(model.kernels)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
 
 
-def test_profile_in_call_shares_a_native_run_out_by_weight(tmp_path):
+def test_profile_in_call_times_each_kernel_of_a_native_run(tmp_path):
     model, feeds, _ = _unfused(tmp_path)
     ex = model.executable
-    calls = ex._calls()
-    runs = [ks for (kind, *_), ks in zip(calls.steps, calls.step_kernels) if kind == NATIVE and len(ks) > 1]
-    assert runs, "the unfused plan of C kernels has a native run of several kernels"
-    weights = [float(k + 1) for k in range(len(ex.kernels))]
-    per_kernel, call_s = ex.profile_in_call(feeds, 3, weights)
+    per_kernel, call_s = ex.profile_in_call(feeds, 5)
     assert len(per_kernel) == len(ex.kernels) and all(t > 0 for t in per_kernel) and call_s > 0
-    for ks in runs:
-        first = ks[0]
-        for k in ks[1:]:
-            assert per_kernel[k] / per_kernel[first] == pytest.approx(weights[k] / weights[first])
+    # Medians per kernel need not add up to the median call exactly, but cannot exceed it by much.
+    assert sum(per_kernel) < 3 * call_s
 
 
 class _Prices(PricedCandidates):
@@ -124,7 +125,7 @@ def test_a_kernel_slow_in_context_is_replaced_and_the_fastest_plan_kept(monkeypa
 
     def executable(plan):
         times = [in_model[c.nodes] for c in plan.kernels]
-        return SimpleNamespace(profile_in_call=lambda feeds, n, w, s: (times, sum(times)),
+        return SimpleNamespace(profile_in_call=lambda feeds, n, s: (times, sum(times)),
                                infos=[SimpleNamespace(seconds=None) for _ in plan.kernels], total=sum(times))
 
     built = []
