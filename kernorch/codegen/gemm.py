@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from kernorch.codegen import indexing
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
-from kernorch.codegen.linear import layout_strides, operand_view
+from kernorch.codegen.linear import VIEWS, view_map, layout_strides, operand_view, strided
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
@@ -84,7 +84,7 @@ class Product:
     M: int
     K: int
     N: int
-    a_src: int
+    a_src: int | None  # None: A is computed in the kernel, a row block at a time (``ap``)
     a_offset: int
     a_strides: tuple[int, ...]  # A's batch dims, then rows (A's columns are contiguous)
     a_batch_dims: tuple[int, ...]  # A's size along each of its batch dims (1: broadcast)
@@ -156,7 +156,7 @@ def _product(g: Graph, prims: list[Prim]) -> Product | str:
         x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
         if a.groups != 1 or any(k != 1 for k in w[2:]) or any(a.pads) or len(x) < 3:
             return f"convolution {g.name(p.output)} is not a 1x1 convolution without pads or groups"
-        pixels = _pixel_rows(g, producers, p)
+        pixels = _pixel_rows(g, producers, p) or _computed_pixel_rows(g, producers, p)
         if pixels is not None:
             return pixels
         a_value = p.inputs[1]
@@ -214,6 +214,43 @@ def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None
     lda = st[spatial[-1]] if spatial else x[1]
     return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, offset, (st[0], lda),
                    (x[0],), pixel_rows=True)
+
+
+def _computed_pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
+    """The 1x1 convolution ``p`` with its pixels as A's rows when its image is computed in the
+    kernel (an activation, a squeeze-excitation scale, a layout pair over them) from inputs read
+    with contiguous channels (channels-last activations, per-channel vectors broadcast, scalars):
+    each row block of A is then computed into a buffer (``ap``) before the tile reads it. Else
+    None (an image computed from channels-first inputs stays B, read along its pixels)."""
+    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
+    if any(s != 1 for s in p.attrs.strides) or p.inputs[0] not in producers:
+        return None
+    if not _reads_channels_last(g, producers, p.inputs[0], None, [64]):
+        return None
+    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], None, 0, (0, 0), (x[0],), pixel_rows=True)
+
+
+def _reads_channels_last(g: Graph, producers: dict[int, Prim], v: int, m, budget: list[int]) -> bool:
+    """Whether every kernel input that value ``v`` (of the image's shape, reached through the
+    index map ``m`` from the image; None: the image itself) is computed from is read with unit or
+    zero stride along the image's channels, through views and elementwise prims only."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    if g.types[v].size == 1:
+        return True
+    q = producers.get(v)
+    if q is None:
+        view = strided(m) if m is not None else (tuple(layout_strides(g.types[v].shape)), 0)
+        return view is not None and view[0][1] in (0, 1)
+    if q.op in VIEWS:
+        inner = view_map(g, q)
+        return _reads_channels_last(g, producers, q.inputs[0], inner if m is None else m.compose(inner), budget)
+    if q.kind is not Kind.ELEMENTWISE:
+        return False
+    shape = g.types[v].shape
+    return all(g.types[u].size == 1 or (g.types[u].shape == shape and _reads_channels_last(g, producers, u, m, budget))
+               for u in q.inputs)
 
 
 def _coords(g: Graph, prims: list[Prim], lin: Prim) -> dict[int, tuple[int | None, ...]] | str:
@@ -357,26 +394,48 @@ class GemmLowerer(KernelLowerer):
             own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
             stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
-        tile = Call("kn_gemm_tile", (rows, ix.const(K), (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
-                                     ix.const(prod.a_strides[-1]), "bp", "tl"))
-        blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
-        if gemv is not None:  # one row: a dot product per column, written to the tile's first row
-            dots = gemv(cols, indexing.normalize(a_base, sizes))
-            body_unit = (Loop(mbl, ix.const(0), blocks_here, (*dots, epilogue)),)
-            arrays = (Decl("tl", "float32", MR * NR),)
+        if prod.a_src is None:  # A computed: this row block's rows into ap first
+            fill = self._computed_rows(prod, bidx, row0, rows, sizes)
+            a_at, lda = ("ap", ix.const(0)), K
         else:
-            body_unit = (pack, Loop(mbl, ix.const(0), blocks_here, (tile, epilogue)))
-            arrays = (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
+            fill = ()
+            a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
+        tile = Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), "bp", "tl"))
+        blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
+        arrays = (Decl("ap", "float32", MR * K),) if fill else ()
+        if gemv is not None:  # one row: a dot product per column, written to the tile's first row
+            dots = gemv(cols, a_at)
+            body_unit = (Loop(mbl, ix.const(0), blocks_here, (*fill, *dots, epilogue)),)
+            arrays += (Decl("tl", "float32", MR * NR),)
+        else:
+            body_unit = (pack, Loop(mbl, ix.const(0), blocks_here, (*fill, tile, epilogue)))
+            arrays += (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
         par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
+                " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill else
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else "")
         note = f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, {how}{role}"
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+
+    def _computed_rows(self, prod: Product, bidx: list, row0: ix.Expr, rows: ix.Expr, sizes) -> tuple:
+        """``ap[r*K + k] = image[batch, k, pixel row0 + r]`` for the block's rows: the image
+        computed by the inliner (its prologue), vectorized along the channels."""
+        g, vs = self.g, self.vs
+        img = prod.prim.inputs[0]
+        x = g.types[img].shape
+        r, k = vs.new(MR), vs.new(prod.K)
+        body = Body(self.names)
+        inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
+        pixel = _unflatten(indexing.normalize(row0 + ix.var(r), sizes), x[2:], sizes)
+        b = bidx[0] if x[0] > 1 else ix.const(0)
+        val = body.cast(inl.value(img, [b, ix.var(k), *pixel]), "float32")
+        store = Store("ap", indexing.normalize(ix.var(r) * prod.K + ix.var(k), sizes), val)
+        return (Loop(r, ix.const(0), rows, (Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, store), simd=True),)),)
 
     def _dot_columns(self, prod: Product, bidx: list, col0: ix.Expr, sizes):
         """For a one-row product whose B is contiguous along k (a transposed weight; a 1x1
@@ -387,13 +446,13 @@ class GemmLowerer(KernelLowerer):
             return None
         g, vs = self.g, self.vs
 
-        def build(cols: ix.Expr, a_base: ix.Expr) -> tuple:
+        def build(cols: ix.Expr, a_at: tuple) -> tuple:
             c, k = vs.new(NR), vs.new(prod.K)
             col = indexing.normalize(col0 + ix.var(c), sizes)
             body = Body(self.names)
             inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
             b = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
-            a = body.let("load", "float32", (), (self.buf[prod.a_src], indexing.normalize(a_base + ix.var(k), sizes)))
+            a = body.let("load", "float32", (), (a_at[0], indexing.normalize(a_at[1] + ix.var(k), sizes)))
             part = f"a{next(self.names)}"
             term = body.let("mul", "float32", (a, b))
             dot = Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, Accum(part, None, "sum", term, "float32")),

@@ -24,7 +24,8 @@ from kernorch.ir.prims import ConvAttrs, Kind, Op, Prim
 VIEWS = (Op.VIEW, Op.BROADCAST)
 
 
-def _map_of(g: Graph, p: Prim) -> IndexMap:
+def view_map(g: Graph, p: Prim) -> IndexMap:
+    """The index map of a VIEW or BROADCAST prim: its output's index -> its input's."""
     if p.op is Op.VIEW:
         return p.attrs.map
     return layout.broadcast(g.types[p.inputs[0]].shape, p.attrs.shape)
@@ -110,7 +111,7 @@ def operand_view(g: Graph, producers: dict[int, Prim], v: int, user: Prim
     src, maps, chain = v, [], []
     while src in producers and producers[src].op in VIEWS:
         chain.append(src)
-        maps.append(_map_of(g, producers[src]))
+        maps.append(view_map(g, producers[src]))
         src = producers[src].inputs[0]
     if src in producers:
         return f"{g.name(v)} feeding {user.op.value} is computed, not a view of an input"

@@ -89,6 +89,24 @@ def _channels_last_conv(n=1, h=5, w=7, cin=24, cout=40, residual=True, bias=True
     return finish(b, b.unary(Op.RELU, y))
 
 
+def _scaled_channels_last_conv(n=1, h=5, w=7, cin=40, cout=37, residual=True):
+    """The projection of a squeeze-excitation block, channels-last: relu(x) * scale (a
+    per-channel vector broadcast over the pixels) is the image of a 1x1 convolution. The image
+    is computed (a prologue) from channels-last reads, so A's rows are still the pixels, each
+    row block computed into a buffer before the tile reads it."""
+    rng = np.random.default_rng(6)
+    b = Builder()
+    x = b.permute(b.unary(Op.RELU, b.input((n, h, w, cin))), (0, 3, 1, 2))
+    scale = b.broadcast_to(b.input((n, cin, 1, 1)), (n, cin, h, w))
+    img = b.permute(b.permute(b.binary(Op.MUL, x, scale), (0, 2, 3, 1)), (0, 3, 1, 2))  # a layout pair
+    wt = b.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32))
+    y = b.conv(img, wt, b.constant(rng.standard_normal(cout).astype(np.float32)), ConvAttrs((1, 1), (0,) * 4, (1, 1), 1))
+    y = b.permute(y, (0, 2, 3, 1))
+    if residual:
+        y = b.binary(Op.ADD, y, b.input((n, h, w, cout)))
+    return finish(b, y)
+
+
 def _squeeze_excite(cin=72, cout=24, images=1):
     """The 1x1 convolution of a squeeze-excitation block on a 1x1 map: one pixel, one A row, a
     dot product per output channel."""
@@ -132,12 +150,18 @@ CASES = {
     "conv1x1_one_pixel": lambda: _squeeze_excite(),
     "conv1x1_one_pixel_two_images": lambda: _squeeze_excite(cin=100, cout=50, images=2),
     "one_row_transposed_weight": lambda: _dense(m=1, k=300, n=77, transposed=True, act=Op.RELU),
+    "conv1x1_channels_last_computed_image": lambda: _scaled_channels_last_conv(),
+    "conv1x1_channels_last_computed_two_images": lambda: _scaled_channels_last_conv(n=2, h=3, w=5, cin=67, cout=70,
+                                                                                   residual=False),
+    "conv1x1_computed_one_pixel": lambda: _scaled_channels_last_conv(h=1, w=1, cin=50, cout=45),
 }
+COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
+                  "conv1x1_computed_one_pixel"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
-                  "one_row_transposed_weight"}
+                  "one_row_transposed_weight", "conv1x1_computed_one_pixel"}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
-              "conv1x1_one_pixel", "conv1x1_one_pixel_two_images"}
+              "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -151,6 +175,7 @@ def test_gemm_matches_interpreter(name):
     assert "GEMM" in notes
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
+    assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE)
     # the weight of a pixel-rows tile is read from a (Cin, 1, 1, Cout) copy packed once
     assert ("packed once" in notes) == (name in PIXEL_ROWS - DOT_PER_COLUMN)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
