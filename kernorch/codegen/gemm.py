@@ -320,6 +320,7 @@ class GemmLowerer(KernelLowerer):
     def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
         super().__init__(g, members, outputs)
         self.threads = threads
+        self.clamp_loads = False  # set while the B panel's pack is written (see _leaf)
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
@@ -359,7 +360,9 @@ class GemmLowerer(KernelLowerer):
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         ok = inl.conds([(col, 0, N)])
+        self.clamp_loads = True  # the panel's spare columns past N read in range, then select 0
         val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
+        self.clamp_loads = False
         if ok is not None:
             val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
         store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
@@ -477,6 +480,10 @@ class GemmLowerer(KernelLowerer):
                 bias = body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")
                 acc = body.let("add", "float32", (acc, bias))
             return acc
-        # Columns past N (the last panel) and rows past M index past the value: clamp the flat
-        # offset, not each dim, so a 1x1 convolution's pixel offset stays affine and vectorizes.
-        return body.let("load", g.types[v].dtype, (), (self.buf[v], self._clamp(self._flat(v, idx), g.types[v].size)))
+        # The panel pack's columns past N index past the value: clamp the flat offset, not each
+        # dim, so a 1x1 convolution's pixel offset stays affine. Every other loop runs over valid
+        # rows and columns only, and its plain offsets vectorize as contiguous loads.
+        flat = self._flat(v, idx)
+        if self.clamp_loads:
+            flat = self._clamp(flat, g.types[v].size)
+        return body.let("load", g.types[v].dtype, (), (self.buf[v], flat))
