@@ -169,6 +169,9 @@ def _product(g: Graph, prims: list[Prim]) -> Product | str:
         batch, M, K, N = tuple(out[:-2]), out[-2], x[-1], out[-1]
     found = _strided(g, producers, a_value, p)
     if isinstance(found, str):
+        if p.op is Op.MATMUL and a_value in producers and _reads_unit_stride(g, producers, a_value, None, -1, [64]):
+            # A computed (an activation, a scale before the product) from rows read contiguously
+            return Product(p, batch, M, K, N, None, 0, (0,) * (len(x) - 1), tuple(x[:-2]))
         return found
     src, offset, strides = found
     shape = g.types[a_value].shape
@@ -225,15 +228,17 @@ def _computed_pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Produ
     x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
     if any(s != 1 for s in p.attrs.strides) or p.inputs[0] not in producers:
         return None
-    if not _reads_channels_last(g, producers, p.inputs[0], None, [64]):
+    if not _reads_unit_stride(g, producers, p.inputs[0], None, 1, [64]):
         return None
     return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], None, 0, (0, 0), (x[0],), pixel_rows=True)
 
 
-def _reads_channels_last(g: Graph, producers: dict[int, Prim], v: int, m, budget: list[int]) -> bool:
-    """Whether every kernel input that value ``v`` (of the image's shape, reached through the
-    index map ``m`` from the image; None: the image itself) is computed from is read with unit or
-    zero stride along the image's channels, through views and elementwise prims only."""
+def _reads_unit_stride(g: Graph, producers: dict[int, Prim], v: int, m, dim: int, budget: list[int]) -> bool:
+    """Whether every kernel input that value ``v`` (of the operand's shape, reached through the
+    index map ``m`` from the operand; None: the operand itself) is computed from is read with
+    unit or zero stride along the operand's dim ``dim`` (a convolution image's channels, a
+    matmul operand's k), through views and elementwise prims only: the operand's rows can then
+    be computed with contiguous loads."""
     budget[0] -= 1
     if budget[0] < 0:
         return False
@@ -242,14 +247,14 @@ def _reads_channels_last(g: Graph, producers: dict[int, Prim], v: int, m, budget
     q = producers.get(v)
     if q is None:
         view = strided(m) if m is not None else (tuple(layout_strides(g.types[v].shape)), 0)
-        return view is not None and view[0][1] in (0, 1)
+        return view is not None and view[0][dim] in (0, 1)
     if q.op in VIEWS:
         inner = view_map(g, q)
-        return _reads_channels_last(g, producers, q.inputs[0], inner if m is None else m.compose(inner), budget)
+        return _reads_unit_stride(g, producers, q.inputs[0], inner if m is None else m.compose(inner), dim, budget)
     if q.kind is not Kind.ELEMENTWISE:
         return False
     shape = g.types[v].shape
-    return all(g.types[u].size == 1 or (g.types[u].shape == shape and _reads_channels_last(g, producers, u, m, budget))
+    return all(g.types[u].size == 1 or (g.types[u].shape == shape and _reads_unit_stride(g, producers, u, m, dim, budget))
                for u in q.inputs)
 
 
@@ -417,8 +422,9 @@ class GemmLowerer(KernelLowerer):
         comment, _ = self.describe()
         how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
-                " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill else
-                " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else "")
+                " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill and prod.conv else
+                " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
+                " (A computed per row block)" if fill else "")
         note = f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, {how}{role}"
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
@@ -426,17 +432,21 @@ class GemmLowerer(KernelLowerer):
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
 
     def _computed_rows(self, prod: Product, bidx: list, row0: ix.Expr, rows: ix.Expr, sizes) -> tuple:
-        """``ap[r*K + k] = image[batch, k, pixel row0 + r]`` for the block's rows: the image
-        computed by the inliner (its prologue), vectorized along the channels."""
+        """``ap[r*K + k] = A[batch, row0 + r, k]`` for the block's rows: A (a matmul's first
+        operand, a convolution's image with the pixels as rows) computed by the inliner (its
+        prologue), vectorized along k."""
         g, vs = self.g, self.vs
-        img = prod.prim.inputs[0]
-        x = g.types[img].shape
+        a = prod.prim.inputs[0]
+        x = g.types[a].shape
         r, k = vs.new(MR), vs.new(prod.K)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        pixel = _unflatten(indexing.normalize(row0 + ix.var(r), sizes), x[2:], sizes)
-        b = bidx[0] if x[0] > 1 else ix.const(0)
-        val = body.cast(inl.value(img, [b, ix.var(k), *pixel]), "float32")
+        row = indexing.normalize(row0 + ix.var(r), sizes)
+        if prod.conv:
+            index = [bidx[0] if x[0] > 1 else ix.const(0), ix.var(k), *_unflatten(row, x[2:], sizes)]
+        else:
+            index = [*_operand_batch(bidx, x), row if x[-2] > 1 else ix.const(0), ix.var(k)]
+        val = body.cast(inl.value(a, index), "float32")
         store = Store("ap", indexing.normalize(ix.var(r) * prod.K + ix.var(k), sizes), val)
         return (Loop(r, ix.const(0), rows, (Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, store), simd=True),)),)
 

@@ -38,6 +38,23 @@ def _dense(m=37, k=19, n=45, batch=(), transposed=False, bias=True, act=Op.TANH,
     return finish(b, y)
 
 
+def _computed_a(m=37, k=53, n=45, transposed=False):
+    """hardswish(x + residual) @ w + bias: A computed (a prologue) from rows read contiguously,
+    each row block into a buffer before the tile (or the dot products of one row) reads it."""
+    rng = np.random.default_rng(7)
+    b = Builder()
+    x = b.binary(Op.ADD, b.input((m, k)), b.input((m, k)))
+    gate = b.binary(Op.MIN, b.binary(Op.MAX, b.binary(Op.ADD, x, b.constant(np.float32(3))), b.constant(np.float32(0))),
+                    b.constant(np.float32(6)))
+    a = b.binary(Op.MUL, x, gate)
+    if transposed:
+        w = b.permute(b.constant(rng.standard_normal((n, k)).astype(np.float32)), (1, 0))
+    else:
+        w = b.constant(rng.standard_normal((k, n)).astype(np.float32))
+    y = b.binary(Op.ADD, b.matmul(a, w), b.constant(rng.standard_normal(n).astype(np.float32)))
+    return finish(b, y)
+
+
 def _attention_scores(heads=3, tokens=29, dim=16, scale=0.25):
     """q @ k^T of heads sliced out of one packed qkv activation, scaled: the operands are
     strided views of a kernel input, as in a transformer's attention."""
@@ -154,11 +171,14 @@ CASES = {
     "conv1x1_channels_last_computed_two_images": lambda: _scaled_channels_last_conv(n=2, h=3, w=5, cin=67, cout=70,
                                                                                    residual=False),
     "conv1x1_computed_one_pixel": lambda: _scaled_channels_last_conv(h=1, w=1, cin=50, cout=45),
+    "matmul_computed_a": lambda: _computed_a(),
+    "matmul_computed_one_row": lambda: _computed_a(m=1, k=300, n=70, transposed=True),
 }
+COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
-                  "one_row_transposed_weight", "conv1x1_computed_one_pixel"}
+                  "one_row_transposed_weight", "conv1x1_computed_one_pixel", "matmul_computed_one_row"}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE}
@@ -175,7 +195,7 @@ def test_gemm_matches_interpreter(name):
     assert "GEMM" in notes
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
-    assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE)
+    assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE | COMPUTED_A)
     # the weight of a pixel-rows tile is read from a (Cin, 1, 1, Cout) copy packed once
     assert ("packed once" in notes) == (name in PIXEL_ROWS - DOT_PER_COLUMN)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
@@ -183,9 +203,10 @@ def test_gemm_matches_interpreter(name):
 
 def test_what_the_gemm_does_not_take():
     b = Builder()
-    x = b.input((8, 16))
+    x = b.input((16, 8))
     w = b.constant(np.ones((16, 4), np.float32))
-    y = b.matmul(b.unary(Op.EXP, x), w)  # a computed A operand: neither a GEMM nor a library kernel
+    # A computed from a transposed input (strided along k): neither a GEMM nor a library kernel
+    y = b.matmul(b.unary(Op.EXP, b.permute(x, (1, 0))), w)
     g, members, outputs = finish(b, y)
     assert "computed, not a view" in codegen.why_not(g, members, outputs)
     b = Builder()
