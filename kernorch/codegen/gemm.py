@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from kernorch.codegen import indexing
-from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
+from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.linear import VIEWS, view_map, layout_strides, operand_view, strided
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
@@ -325,7 +325,6 @@ class GemmLowerer(KernelLowerer):
     def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
         super().__init__(g, members, outputs)
         self.threads = threads
-        self.clamp_loads = False  # set while the B panel's pack is written (see _leaf)
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
@@ -359,26 +358,28 @@ class GemmLowerer(KernelLowerer):
         if prod.pixel_rows and prod.M > 1:  # the weight (Cout, Cin, 1..) read as B (Cin, .., Cout): rows along n
             self.pack(prod.b_value, (*range(1, len(g.types[prod.b_value].shape)), 0))
 
-        # pack the B panel: bp[k*NR + j] = B[batch, k, col0 + j] (zero past N)
-        k, j = vs.new(K), vs.new(NR)
+        # pack the B panel: bp[k*NR + j] = B[batch, k, col0 + j] over the valid columns, then
+        # zeros past N (no load leaves the value: contiguous loads, no clamps or selects)
+        cols = ix.minimum(N - col0, NR, sizes)
+        k, j, jz = vs.new(K), vs.new(NR), vs.new(NR)
         col = indexing.normalize(col0 + ix.var(j), sizes)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        ok = inl.conds([(col, 0, N)])
-        self.clamp_loads = True  # the panel's spare columns past N read in range, then select 0
         val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
-        self.clamp_loads = False
-        if ok is not None:
-            val = body.let("select", "float32", (ok, val, body.imm(0, "float32")))
         store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
+        zero = f"t{next(self.names)}"
+        zeros = Loop(jz, cols, ix.const(NR), (Let(zero, "float32", "imm", (), 0.0),
+                                              Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(jz), sizes), zero)),
+                     simd=True)
         gemv = self._dot_columns(prod, bidx, col0, sizes)
         if gemv is not None:
             pack = ()
         elif prod.pixel_rows and prod.b_value not in self.packs:  # a computed weight, contiguous along k:
             # read it in rows, scatter into the panel
-            pack = Loop(j, ix.const(0), ix.const(NR), (Loop(k, ix.const(0), ix.const(K), store, simd=True),))
+            pack = (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
+                    Loop(k, ix.const(0), ix.const(K), (zeros,)))
         else:
-            pack = Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), ix.const(NR), store, simd=True),))
+            pack = (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
 
         # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
@@ -388,7 +389,6 @@ class GemmLowerer(KernelLowerer):
         for e, stride in zip(a_batch, prod.a_strides):
             a_base = a_base + e * stride
         rows = ix.minimum(M - row0, MR, sizes)
-        cols = ix.minimum(N - col0, NR, sizes)
         r, c = vs.new(MR), vs.new(NR)
         self.tile_at = indexing.normalize(ix.var(r) * NR + ix.var(c), sizes)
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
@@ -416,7 +416,7 @@ class GemmLowerer(KernelLowerer):
             body_unit = (Loop(mbl, ix.const(0), blocks_here, (*fill, *dots, epilogue)),)
             arrays += (Decl("tl", "float32", MR * NR),)
         else:
-            body_unit = (pack, Loop(mbl, ix.const(0), blocks_here, (*fill, tile, epilogue)))
+            body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, tile, epilogue)))
             arrays += (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
         par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
@@ -490,10 +490,5 @@ class GemmLowerer(KernelLowerer):
                 bias = body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")
                 acc = body.let("add", "float32", (acc, bias))
             return acc
-        # The panel pack's columns past N index past the value: clamp the flat offset, not each
-        # dim, so a 1x1 convolution's pixel offset stays affine. Every other loop runs over valid
-        # rows and columns only, and its plain offsets vectorize as contiguous loads.
-        flat = self._flat(v, idx)
-        if self.clamp_loads:
-            flat = self._clamp(flat, g.types[v].size)
-        return body.let("load", g.types[v].dtype, (), (self.buf[v], flat))
+        # Every loop runs over valid rows and columns only: plain offsets, contiguous loads.
+        return body.let("load", g.types[v].dtype, (), (self.buf[v], self._flat(v, idx)))
