@@ -114,10 +114,11 @@ def test_linear_refusals_name_the_reason():
     assert linear.why_not(g, {mm}, [mm]) is None
 
     b = Builder()
-    x, w = b.input((4, 8)), b.input((8, 3))
-    mm = b.matmul(b.unary(Op.EXP, x), w)
+    x, w = b.input((8, 4)), b.input((8, 3))
+    mm = b.matmul(b.unary(Op.EXP, b.permute(x, (1, 0))), w)  # A computed from reads strided along k
     g, members, outs = finish(b, mm)
     assert "computed, not a view" in codegen.why_not(g, members, outs)
+    assert "computed, not a view" in linear.why_not(g, members, outs)
 
     b = Builder()
     x, w, w2 = b.input((4, 8)), b.input((8, 3)), b.input((3, 2))
