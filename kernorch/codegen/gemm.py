@@ -10,11 +10,13 @@ scaling) is applied to each output tile while it is in cache instead of after a 
 through memory. Large products (GPT-2's 768x3072) still run ~15% slower than oneDNN's.
 
 The kernel: one MATMUL (float32, both operands at least 2-D, batch dims broadcast; A a strided
-view of a kernel input with contiguous rows, B anything the inliner computes: a transposed
+view of a kernel input with contiguous rows, or computed in the kernel from reads contiguous
+along k, a row block at a time into ``ap``; B anything the inliner computes: a transposed
 weight, a slice of an activation, a prologue) or one 1x1 CONV without pads or groups, and
 elementwise prims of the product's shape after it, or views that only permute its dims (the tile
 is then stored through the permutation). A convolution's image with contiguous channels and unit
-strides (channels-last: the NHWC half of a layout pair, or a 1x1 map) gives A = its pixels and
+strides (channels-last: the NHWC half of a layout pair, or a 1x1 map; or an image computed from
+channels-last reads, a row block at a time like a computed A) gives A = its pixels and
 B = the weight, read from a (Cin, Cout) copy packed once (``KernelSpec.packs``): the tile is 6
 pixels x 32 channels, stored contiguously in NHWC. Otherwise A is the contiguous weight and B the
 image's pixels, any stride. Threads split (batch, column panel, row chunk) units; each unit packs
@@ -355,31 +357,14 @@ class GemmLowerer(KernelLowerer):
         bidx = _unflatten(bt, batch, sizes)
         col0 = indexing.normalize(pan * NR, sizes)
 
-        if prod.pixel_rows and prod.M > 1:  # the weight (Cout, Cin, 1..) read as B (Cin, .., Cout): rows along n
-            self.pack(prod.b_value, (*range(1, len(g.types[prod.b_value].shape)), 0))
-
-        # pack the B panel: bp[k*NR + j] = B[batch, k, col0 + j] over the valid columns, then
-        # zeros past N (no load leaves the value: contiguous loads, no clamps or selects)
-        cols = ix.minimum(N - col0, NR, sizes)
-        k, j, jz = vs.new(K), vs.new(NR), vs.new(NR)
-        col = indexing.normalize(col0 + ix.var(j), sizes)
-        body = Body(self.names)
-        inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
-        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
-        zero = f"t{next(self.names)}"
-        zeros = Loop(jz, cols, ix.const(NR), (Let(zero, "float32", "imm", (), 0.0),
-                                              Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(jz), sizes), zero)),
-                     simd=True)
+        # B a constant weight: read from a copy packed once in panels (no pack per unit)
         gemv = self._dot_columns(prod, bidx, col0, sizes)
-        if gemv is not None:
-            pack = ()
-        elif prod.pixel_rows and prod.b_value not in self.packs:  # a computed weight, contiguous along k:
-            # read it in rows, scatter into the panel
-            pack = (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
-                    Loop(k, ix.const(0), ix.const(K), (zeros,)))
-        else:
-            pack = (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
+        weight = self._constant_b(prod) if gemv is None else None
+        if weight is not None:
+            self.pack(weight[0], weight[1], NR)
+
+        cols = ix.minimum(N - col0, NR, sizes)
+        pack = () if gemv is not None or weight is not None else self._pack_panel(prod, bidx, col0, cols, sizes)
 
         # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
@@ -408,7 +393,8 @@ class GemmLowerer(KernelLowerer):
         else:
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
-        tile = Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), "bp", "tl"))
+        b_at = (self.buf[weight[0]], indexing.normalize(pan * (K * NR), sizes)) if weight is not None else "bp"
+        tile = Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl"))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         arrays = (Decl("ap", "float32", MR * K),) if fill else ()
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
@@ -417,7 +403,7 @@ class GemmLowerer(KernelLowerer):
             arrays += (Decl("tl", "float32", MR * NR),)
         else:
             body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, tile, epilogue)))
-            arrays += (Decl("bp", "float32", K * NR), Decl("tl", "float32", MR * NR))
+            arrays += ((Decl("bp", "float32", K * NR),) if pack else ()) + (Decl("tl", "float32", MR * NR),)
         par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
@@ -430,6 +416,46 @@ class GemmLowerer(KernelLowerer):
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+
+    def _pack_panel(self, prod: Product, bidx: list, col0: ix.Expr, cols: ix.Expr, sizes) -> tuple:
+        """The unit's B panel: ``bp[k*NR + j] = B[batch, k, col0 + j]`` over the valid columns,
+        then zeros past N (no load leaves the value: contiguous loads, no clamps or selects)."""
+        g, vs, K = self.g, self.vs, prod.K
+        k, j, jz = vs.new(K), vs.new(NR), vs.new(NR)
+        col = indexing.normalize(col0 + ix.var(j), sizes)
+        body = Body(self.names)
+        inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
+        val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
+        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
+        zero = f"t{next(self.names)}"
+        zeros = Loop(jz, cols, ix.const(NR), (Let(zero, "float32", "imm", (), 0.0),
+                                              Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(jz), sizes), zero)),
+                     simd=True)
+        if prod.pixel_rows:  # a computed weight, contiguous along k: read it in rows, scatter into the panel
+            return (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
+                    Loop(k, ix.const(0), ix.const(K), (zeros,)))
+        return (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
+
+    def _constant_b(self, prod: Product) -> tuple[int, tuple[int, ...]] | None:
+        """(constant kernel input, the order of its dims that reads it as B (K, N)) when B is a
+        constant weight: a pixel-rows convolution's weight (Cout, Cin, 1..) as (Cin, .., Cout), a
+        matmul's 2-D weight, plain or transposed. Else None (B is packed per unit)."""
+        g = self.g
+        if prod.pixel_rows:
+            w = prod.b_value
+            return (w, (*range(1, len(g.types[w].shape)), 0)) if w in self.ext and w in g.constants else None
+        shape = g.types[prod.b_value].shape
+        if prod.conv or len(shape) != 2:
+            return None
+        found = _strided(g, self.producers, prod.b_value, prod.prim)
+        if isinstance(found, str):
+            return None
+        src, offset, strides = found
+        if src not in self.ext or src not in g.constants or offset or len(g.types[src].shape) != 2:
+            return None
+        sshape, lay = g.types[src].shape, layout_strides(g.types[src].shape)
+        perm = tuple(next((e for e in range(2) if lay[e] == strides[d] and sshape[e] == shape[d]), -1) for d in range(2))
+        return (src, perm) if sorted(perm) == [0, 1] else None
 
     def _computed_rows(self, prod: Product, bidx: list, row0: ix.Expr, rows: ix.Expr, sizes) -> tuple:
         """``ap[r*K + k] = A[batch, row0 + r, k]`` for the block's rows: A (a matmul's first

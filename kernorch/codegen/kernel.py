@@ -133,6 +133,8 @@ class KernelSpec(SpecHeader):
 
     body: tuple[Stmt, ...]
     workspace: int = 0
-    # (input position, permutation of its dims): the kernel reads that input, a constant weight, as
-    # ``x.permute(perm).contiguous()``, a copy its runner makes once (the order its loops read it in)
-    packs: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # (input position, permutation of its dims, panel width): the kernel reads that input, a
+    # constant weight, as ``x.permute(perm).contiguous()`` (panel 0), or that as a (K, N) matrix
+    # cut into zero-padded panels of ``panel`` columns, (npanels, K, panel): a copy its runner
+    # makes once, in the order its loops read it (``packing.packed_copy``)
+    packs: tuple[tuple[int, tuple[int, ...], int], ...] = ()

@@ -59,20 +59,23 @@ class KernelLowerer:
         ins, _ = g.boundary(members)
         self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
         self.ext = [v for v in ins if v not in self.imm]
-        self.packs: dict[int, tuple[int, ...]] = {}  # constant input -> the dim order it is read in
+        self.packs: dict[int, tuple[tuple[int, ...], int]] = {}  # constant input -> (dim order, panel width)
 
-    def pack(self, v: int, perm: tuple[int, ...]) -> None:
-        """Read constant input ``v`` with its dims in ``perm`` order (a copy the runner makes once)."""
-        if v in self.ext and v in self.g.constants and tuple(perm) != tuple(range(len(perm))):
-            self.packs[v] = tuple(perm)
+    def pack(self, v: int, perm: tuple[int, ...], panel: int = 0) -> None:
+        """Read constant input ``v`` with its dims in ``perm`` order, or with ``panel`` that as a
+        (K, N) matrix in panels of ``panel`` columns (a copy the runner makes once,
+        ``packing.packed_copy``). A panel-packed input is read through a pointer, never by index."""
+        if v in self.ext and v in self.g.constants and (panel or tuple(perm) != tuple(range(len(perm)))):
+            self.packs[v] = (tuple(perm), panel)
 
     def pack_notes(self) -> tuple[str, ...]:
         return tuple(f"in{self.ext.index(v)} packed once with its dims in order {perm}"
-                     for v, perm in self.packs.items())
+                     + (f", in panels of {panel} columns" if panel else "")
+                     for v, (perm, panel) in self.packs.items())
 
-    def pack_specs(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        """``KernelSpec.packs``: (input position, permutation) of every packed input."""
-        return tuple((self.ext.index(v), perm) for v, perm in self.packs.items())
+    def pack_specs(self) -> tuple[tuple[int, tuple[int, ...], int], ...]:
+        """``KernelSpec.packs``: (input position, permutation, panel width) of every packed input."""
+        return tuple((self.ext.index(v), perm, panel) for v, (perm, panel) in self.packs.items())
 
     def assign_buffers(self, sch: Schedule, forced: set[int] = frozenset(), arena: bool = True) -> tuple[Arg, ...]:
         """Give a buffer (``self.buf``: value -> name) to every input, output and scratch value:
@@ -119,7 +122,8 @@ class KernelLowerer:
 
     # -- reads ------------------------------------------------------------------------------
     def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        shape, perm = self.g.types[v].shape, self.packs.get(v)
+        shape, (perm, panel) = self.g.types[v].shape, self.packs.get(v, (None, 0))
+        assert not panel, "a panel-packed input is read through its pointer"
         if perm is not None:
             return indexing.flat([idx[d] for d in perm], [shape[d] for d in perm], self.vs.sizes)
         return indexing.flat(idx, shape, self.vs.sizes)

@@ -18,6 +18,7 @@ import torch
 
 from kernorch.codegen.feasible import kernel_prims
 from kernorch.codegen.kernel import KernelSpec
+from kernorch.codegen.packing import packed_copy
 from kernorch.errors import InputError
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.interp import NodeSession, eval_opaque
@@ -82,19 +83,18 @@ class CKernel(Kernel):
 
     def bound(self, ins: list) -> list:
         """The tensors the C function reads: ``ins`` with each packed input (``spec.packs``: a
-        constant weight) replaced by its permuted copy, made at the first call and kept while
-        the same tensor comes back."""
+        constant weight) replaced by its packed copy, made at the first call and kept while the
+        same tensor comes back."""
         if not self.spec.packs:
             return ins
         out = list(ins)
-        for pos, perm in self.spec.packs:
+        for pos, perm, panel in self.spec.packs:
             t = ins[pos]
             if t is None:
                 continue
             held = self._packed.get(pos)
             if held is None or held[0] is not t:
-                shape = self.in_types[pos].shape
-                held = self._packed[pos] = (t, t.reshape(shape).permute(perm).contiguous())
+                held = self._packed[pos] = (t, packed_copy(t, self.in_types[pos].shape, perm, panel))
             out[pos] = held[1]
         return out
 

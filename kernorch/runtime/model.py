@@ -171,7 +171,7 @@ def _kernel_record(kern, w: saved.Writer) -> dict:
     if isinstance(kern, CKernel):
         return {"kind": "c", "inputs": list(kern.inputs), "function": kern.spec.name, "threads": kern.num_threads,
                 "workspace": kern.spec.workspace, "key": kern.spec.key,
-                "packs": [[pos, list(perm)] for pos, perm in kern.spec.packs],
+                "packs": [[pos, list(perm), panel] for pos, perm, panel in kern.spec.packs],
                 "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
     if isinstance(kern, ProviderKernel):
         prov = _provider(kern.provider, kern.built.state["threads"])
@@ -214,13 +214,15 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
 
 
-def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...]]:
-    """One (input position, permutation) of a kernel's packed constants, checked."""
+def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...], int]:
+    """One (input position, permutation, panel width) of a kernel's packed constants, checked
+    (a record without the width, from before panels, packs no panels)."""
     pos, perm = saved.as_int(rec[0]), tuple(saved.as_int(d) for d in rec[1])
+    panel = saved.as_int(rec[2]) if len(rec) > 2 else 0
     if not 0 <= pos < len(inputs) or inputs[pos] not in g.constants \
-            or sorted(perm) != list(range(len(g.types[inputs[pos]].shape))):
-        raise KernorchError(f"implausible packed input {pos} {perm}")
-    return pos, perm
+            or sorted(perm) != list(range(len(g.types[inputs[pos]].shape))) or not 0 <= panel <= 4096:
+        raise KernorchError(f"implausible packed input {pos} {perm} {panel}")
+    return pos, perm, panel
 
 
 def kernel_members(g: Graph, rec: dict) -> tuple[set[int], list[int]]:

@@ -180,6 +180,12 @@ COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
                   "one_row_transposed_weight", "conv1x1_computed_one_pixel", "matmul_computed_one_row"}
 
+# tiles reading a constant weight: a matmul's (plain or transposed), a pixel-rows convolution's
+PANEL_PACKED = {"bias_tanh", "no_epilogue", "transposed_weight", "residual_scaled", "exact_tiles", "one_row",
+                "batched_rows", "long_k", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
+                "conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
+                "matmul_computed_a"}
+
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE}
 
@@ -196,8 +202,8 @@ def test_gemm_matches_interpreter(name):
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
     assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE | COMPUTED_A)
-    # the weight of a pixel-rows tile is read from a (Cin, 1, 1, Cout) copy packed once
-    assert ("packed once" in notes) == (name in PIXEL_ROWS - DOT_PER_COLUMN)
+    # a constant weight read by the tile comes from a copy packed once in 32-column panels
+    assert ("in panels of 32 columns" in notes) == (name in PANEL_PACKED)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 

@@ -1,0 +1,30 @@
+"""Constant weights copied once into the order a generated kernel's loops read them.
+
+A depthwise stencil reads its taps channels-last; a GEMM's tile reads a 32-column panel of B
+row after row. Reading a weight in another order than it is stored costs a gather per element
+(or a per-call repack) on every inference, while the weight never changes: so a kernel declares
+the order it wants (``KernelSpec.packs``) and its runner makes that copy at the first call and
+keeps it while the same tensor comes back (``CKernel.bound``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], panel: int) -> torch.Tensor:
+    """``t`` (of ``shape``) with its dims in ``perm`` order, contiguous; with ``panel`` > 0 that
+    as a (K, N) matrix (N: the last dim, K: the others) in zero-padded panels of ``panel``
+    columns, shape (npanels, K, panel): panel p holds columns p*panel .. p*panel + panel - 1."""
+    x = t.reshape(tuple(shape)).permute(tuple(perm))
+    if not panel:
+        return x.contiguous()
+    n = x.shape[-1] if x.dim() else 1
+    k = math.prod(x.shape[:-1])
+    npan = -(-n // panel)
+    x = F.pad(x.reshape(k, n), (0, npan * panel - n))
+    return x.reshape(k, npan, panel).permute(1, 0, 2).contiguous()
