@@ -17,11 +17,12 @@ elementwise prims of the product's shape after it, or views that only permute it
 is then stored through the permutation). A convolution's image with contiguous channels and unit
 strides (channels-last: the NHWC half of a layout pair, or a 1x1 map; or an image computed from
 channels-last reads, a row block at a time like a computed A) gives A = its pixels and
-B = the weight, read from a (Cin, Cout) copy packed once (``KernelSpec.packs``): the tile is 6
-pixels x 32 channels, stored contiguously in NHWC. Otherwise A is the contiguous weight and B the
-image's pixels, any stride. Threads split (batch, column panel, row chunk) units; each unit packs
-its ``NR``-column panel of B once (``bp``), then for every ``MR``-row block ``kn_gemm_tile`` (C
-header) sums the products into a tile and the epilogue loop stores every kernel output from it.
+B = the weight: the tile is 6 pixels x 32 channels, stored contiguously in NHWC. Otherwise A is
+the contiguous weight and B the image's pixels, any stride. Threads split (batch, column panel,
+row chunk) units; each unit packs its ``NR``-column panel of B (``bp``) unless B is a constant
+weight, read from a copy packed once in zero-padded panels (``KernelSpec.packs``, packing.py);
+then for every ``MR``-row block ``kn_gemm_tile`` (C header) sums the products into a tile and
+the epilogue loop stores every kernel output from it.
 A product of one row (a 1x1 map, one token) skips the panel: a dot product per column along k.
 The solver still prices the library providers on the same candidate.
 """
