@@ -32,7 +32,8 @@ from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
 # c9: a 1x1 convolution's computed image (prologue) read channels-last makes pixel rows, computed per row block;
-# GEMM loads outside the panel pack are not clamped (contiguous vector loads: one-row dot products 3-6x faster);
+# GEMM loads are not clamped (contiguous vector loads: one-row dot products 3-6x faster); constant GEMM weights
+# are packed once in panels;
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
