@@ -30,16 +30,17 @@ The solver still prices the library providers on the same candidate.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from kernorch.codegen import indexing
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.linear import VIEWS, view_map, layout_strides, operand_view, strided
+from kernorch.codegen.gemm_product import (Product, coords_of, operand_batch, product_of, strided_operand,
+                                           unflatten)
+from kernorch.codegen.linear import layout_strides
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.ir.prims import Kind, Prim
 
 MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats (kn_gemm_tile in c.py)
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
@@ -76,242 +77,13 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
 """ % {"mr": MR, "nr": NR}
 
 
-@dataclass(frozen=True)
-class Product:
-    """A linear prim as ``out[batch, m, n] = sum over k of A[batch, m, k] * B[batch, k, n]``:
-    sizes, where A's rows lie (a kernel input, ``a_strides`` per A dim, rows contiguous) and how
-    B's elements and the product's output index are written in the prim's own terms."""
-
-    prim: Prim
-    batch: tuple[int, ...]
-    M: int
-    K: int
-    N: int
-    a_src: int | None  # None: A is computed in the kernel, a row block at a time (``ap``)
-    a_offset: int
-    a_strides: tuple[int, ...]  # A's batch dims, then rows (A's columns are contiguous)
-    a_batch_dims: tuple[int, ...]  # A's size along each of its batch dims (1: broadcast)
-    # A 1x1 convolution whose image has contiguous channels (channels-last, or 1x1 maps): the
-    # pixels are A's rows and the weight is B, so an NHWC output tile is 32 contiguous channels.
-    pixel_rows: bool = False
-
-    @property
-    def conv(self) -> bool:
-        return self.prim.op is Op.CONV
-
-    @property
-    def weight_rows(self) -> bool:
-        """A 1x1 convolution with the weight as A (its rows: output channels), B the pixels."""
-        return self.conv and not self.pixel_rows
-
-    @property
-    def b_value(self) -> int:
-        return self.prim.inputs[0] if self.weight_rows else self.prim.inputs[1]
-
-    def out_index(self, g: Graph, bidx: list, m: ix.Expr, n: ix.Expr, sizes) -> list:
-        if not self.conv:
-            return [*bidx, m, n]
-        spatial = g.types[self.prim.output].shape[2:]
-        if self.pixel_rows:
-            return [*bidx, n, *_unflatten(m, spatial, sizes)]
-        return [*bidx, m, *_unflatten(n, spatial, sizes)]
-
-    def b_index(self, g: Graph, bidx: list, k: ix.Expr, n: ix.Expr, sizes) -> list:
-        p = self.prim
-        if self.pixel_rows:
-            return [n, k, *[ix.const(0)] * (len(g.types[p.inputs[1]].shape) - 2)]
-        if not self.conv:
-            shape = g.types[p.inputs[1]].shape
-            return [*_operand_batch(bidx, shape), k, n]
-        out = _unflatten(n, g.types[p.output].shape[2:], sizes)
-        return [*bidx, k, *(indexing.normalize(o * st, sizes) for o, st in zip(out, p.attrs.strides))]
-
-
-def _unflatten(n: ix.Expr, shape, sizes) -> list:
-    """Row-major coordinates of flat index ``n`` in ``shape``. The outermost one takes no modulo:
-    past the end (the last panel's spare columns) it runs on, so flat offsets fold back to ``n``."""
-    out, inner = [], 1
-    for d in reversed(range(len(shape))):
-        q = ix.floordiv(n, inner, sizes)
-        out.insert(0, q if d == 0 else ix.mod(q, shape[d], sizes) if shape[d] > 1 else ix.const(0))
-        inner *= shape[d]
-    return out
-
-
-def _operand_batch(bidx: list, shape) -> list:
-    """An operand's batch coordinates from the product's (right-aligned; size-1 dims read 0)."""
-    n = len(shape) - 2
-    own = bidx[len(bidx) - n:] if n else []
-    return [e if s > 1 else ix.const(0) for e, s in zip(own, shape[:n])]
-
-
-def _product(g: Graph, prims: list[Prim]) -> Product | str:
-    """The kernel's linear prim as a Product, or why it is not one."""
-    lin = [p for p in prims if p.kind is Kind.LINEAR]
-    if len(lin) != 1 or lin[0].op not in (Op.MATMUL, Op.CONV):
-        return "a generated GEMM holds exactly one matmul or convolution and no other linear prim"
-    p = lin[0]
-    if any(g.types[v].dtype != "float32" for v in (*p.inputs, p.output)):
-        return f"{p.op.value} {g.name(p.output)} is not on float32"
-    producers = {q.output: q for q in prims}
-    if p.op is Op.CONV:
-        a = p.attrs
-        x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
-        if a.groups != 1 or any(k != 1 for k in w[2:]) or any(a.pads) or len(x) < 3:
-            return f"convolution {g.name(p.output)} is not a 1x1 convolution without pads or groups"
-        pixels = _pixel_rows(g, producers, p) or _computed_pixel_rows(g, producers, p)
-        if pixels is not None:
-            return pixels
-        a_value = p.inputs[1]
-        batch, M, K, N = (out[0],), w[0], w[1], math.prod(out[2:])
-    else:
-        x, w, out = (g.types[v].shape for v in (*p.inputs, p.output))
-        if len(x) < 2 or len(w) < 2:
-            return f"matmul {g.name(p.output)} has a vector operand"
-        a_value = p.inputs[0]
-        batch, M, K, N = tuple(out[:-2]), out[-2], x[-1], out[-1]
-    found = _strided(g, producers, a_value, p)
-    if isinstance(found, str):
-        if p.op is Op.MATMUL and a_value in producers and _reads_unit_stride(g, producers, a_value, None, -1, [64]):
-            # A computed (an activation, a scale before the product) from rows read contiguously
-            return Product(p, batch, M, K, N, None, 0, (0,) * (len(x) - 1), tuple(x[:-2]))
-        return found
-    src, offset, strides = found
-    shape = g.types[a_value].shape
-    if g.types[src].size == 1:
-        return f"{g.name(a_value)} is a scalar"
-    if p.op is Op.CONV:
-        if strides[1] != 1 or strides[0] != K:
-            return f"weight {g.name(a_value)} is not contiguous"
-        return Product(p, batch, M, K, N, src, offset, (0, K), (1,))
-    if strides[-1] != 1 and K > 1:
-        return f"rows of {g.name(a_value)} are not contiguous"
-    return Product(p, batch, M, K, N, src, offset, strides[:-1], tuple(shape[:-2]))
-
-
-def _strided(g: Graph, producers: dict[int, Prim], v: int, user: Prim) -> tuple[int, int, tuple[int, ...]] | str:
-    """Operand ``v`` of ``user`` as (the kernel input it views, offset, strides per dim of ``v``),
-    or why it is not a strided view of a kernel input (``linear.operand_view``)."""
-    found = operand_view(g, producers, v, user)
-    if isinstance(found, str):
-        return found
-    src, view, _ = found
-    if view is None:
-        return src, 0, tuple(layout_strides(g.types[v].shape))
-    return src, view[2], tuple(view[1])
-
-
-def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
-    """The 1x1 convolution ``p`` with its pixels as A's rows, when its image is a strided view
-    of a kernel input with contiguous channels and pixels one stride apart (unit conv strides);
-    else None. The weight, B, may be anything the inliner computes."""
-    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
-    if any(s != 1 for s in p.attrs.strides):
-        return None
-    found = _strided(g, producers, p.inputs[0], p)
-    if isinstance(found, str):
-        return None
-    src, offset, st = found
-    spatial = [d for d in range(2, len(x)) if x[d] > 1]
-    if (x[1] > 1 and st[1] != 1) or g.types[src].size == 1:
-        return None
-    if any(st[d] != st[e] * x[e] for d, e in zip(spatial, spatial[1:])):
-        return None  # the pixels are not one flat run
-    lda = st[spatial[-1]] if spatial else x[1]
-    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, offset, (st[0], lda),
-                   (x[0],), pixel_rows=True)
-
-
-def _computed_pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
-    """The 1x1 convolution ``p`` with its pixels as A's rows when its image is computed in the
-    kernel (an activation, a squeeze-excitation scale, a layout pair over them) from inputs read
-    with contiguous channels (channels-last activations, per-channel vectors broadcast, scalars):
-    each row block of A is then computed into a buffer (``ap``) before the tile reads it. Else
-    None (an image computed from channels-first inputs stays B, read along its pixels)."""
-    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
-    if any(s != 1 for s in p.attrs.strides) or p.inputs[0] not in producers:
-        return None
-    if not _reads_unit_stride(g, producers, p.inputs[0], None, 1, [64]):
-        return None
-    return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], None, 0, (0, 0), (x[0],), pixel_rows=True)
-
-
-def _reads_unit_stride(g: Graph, producers: dict[int, Prim], v: int, m, dim: int, budget: list[int]) -> bool:
-    """Whether every kernel input that value ``v`` (of the operand's shape, reached through the
-    index map ``m`` from the operand; None: the operand itself) is computed from is read with
-    unit or zero stride along the operand's dim ``dim`` (a convolution image's channels, a
-    matmul operand's k), through views and elementwise prims only: the operand's rows can then
-    be computed with contiguous loads."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        return False
-    if g.types[v].size == 1:
-        return True
-    q = producers.get(v)
-    if q is None:
-        view = strided(m) if m is not None else (tuple(layout_strides(g.types[v].shape)), 0)
-        return view is not None and view[0][dim] in (0, 1)
-    if q.op in VIEWS:
-        inner = view_map(g, q)
-        return _reads_unit_stride(g, producers, q.inputs[0], inner if m is None else m.compose(inner), dim, budget)
-    if q.kind is not Kind.ELEMENTWISE:
-        return False
-    shape = g.types[v].shape
-    return all(g.types[u].size == 1 or (g.types[u].shape == shape and _reads_unit_stride(g, producers, u, m, dim, budget))
-               for u in q.inputs)
-
-
-def _coords(g: Graph, prims: list[Prim], lin: Prim) -> dict[int, tuple[int | None, ...]] | str:
-    """The product and every member computed from it, each with the product dim behind each of
-    its own dims (None: a size-1 dim), or why a member cannot be written from the product's tile:
-    after the product come elementwise prims and views that only permute dims (the two halves of
-    a layout pair: the tile stored channels-last)."""
-    rank = len(g.types[lin.output].shape)
-    coords: dict[int, tuple[int | None, ...]] = {lin.output: tuple(range(rank))}
-    for p in prims:
-        seen = {coords[v] for v in p.inputs if v in coords}
-        if not seen or p.output == lin.output:
-            continue
-        why = f"{p.op.value} after {lin.op.value} {g.name(lin.output)} is not elementwise on its shape"
-        if len(seen) > 1:
-            return why
-        (c,) = seen
-        if p.op is Op.VIEW:
-            c = _permuted(p.attrs.map, c)
-            if c is None:
-                return f"view {g.name(p.output)} after {lin.op.value} {g.name(lin.output)} is not a permutation"
-        elif p.kind is not Kind.ELEMENTWISE or any(v in coords and g.types[v].shape != g.types[p.output].shape
-                                                   for v in p.inputs):
-            return why
-        coords[p.output] = c
-    return coords
-
-
-def _permuted(m, c: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
-    """The coords (see ``_coords``) of a view's output from its input's, when the view only
-    permutes dims and adds or drops size-1 dims; else None."""
-    if m.mask:
-        return None
-    out: list[int | None] = [None] * len(m.out_shape)
-    for j, e in enumerate(m.index):
-        a = e.as_atom()
-        if e.is_const and m.in_shape[j] == 1:
-            continue
-        if not isinstance(a, ix.Var) or out[a.i] is not None or m.out_shape[a.i] != m.in_shape[j]:
-            return None
-        out[a.i] = c[j]
-    if any(o is None and m.out_shape[d] != 1 for d, o in enumerate(out)):
-        return None
-    return tuple(out)
-
-
 def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
     """None when the C generator writes this kernel as a GEMM (see the module doc), else why not."""
-    prod = _product(g, prims)
+    prod = product_of(g, prims)
     if isinstance(prod, str):
         return prod
     lin = prod.prim
-    coords = _coords(g, prims, lin)
+    coords = coords_of(g, prims, lin)
     if isinstance(coords, str):
         return coords
     for p in prims:
@@ -331,7 +103,7 @@ class GemmLowerer(KernelLowerer):
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
-        prod = self.prod = _product(g, self.prims)
+        prod = self.prod = product_of(g, self.prims)
         lin = prod.prim
         M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
         nb, npan = math.prod(batch), -(-N // NR)
@@ -355,7 +127,7 @@ class GemmLowerer(KernelLowerer):
         bt = ix.floordiv(ix.var(u), npan * chunks, sizes)
         pan = ix.mod(ix.floordiv(ix.var(u), chunks, sizes), npan, sizes)
         chunk = ix.mod(ix.var(u), chunks, sizes)
-        bidx = _unflatten(bt, batch, sizes)
+        bidx = unflatten(bt, batch, sizes)
         col0 = indexing.normalize(pan * NR, sizes)
 
         # B a constant weight: read from a copy packed once in panels (no pack per unit)
@@ -371,7 +143,7 @@ class GemmLowerer(KernelLowerer):
         mbl = vs.new(per_chunk)
         row0 = indexing.normalize((chunk * per_chunk + ix.var(mbl)) * MR, sizes)
         a_base = ix.const(prod.a_offset) + row0 * prod.a_strides[-1]
-        a_batch = _operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.weight_rows else []
+        a_batch = operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.weight_rows else []
         for e, stride in zip(a_batch, prod.a_strides):
             a_base = a_base + e * stride
         rows = ix.minimum(M - row0, MR, sizes)
@@ -382,7 +154,7 @@ class GemmLowerer(KernelLowerer):
         idx = prod.out_index(g, bidx, self.row, self.col, sizes)
         body = Body(self.names)
         self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        coords = _coords(g, self.prims, lin)
+        coords = coords_of(g, self.prims, lin)
         stores = []
         for v in self.outputs:  # each output at the tile element's position in its own dims
             own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
@@ -448,7 +220,7 @@ class GemmLowerer(KernelLowerer):
         shape = g.types[prod.b_value].shape
         if prod.conv or len(shape) != 2:
             return None
-        found = _strided(g, self.producers, prod.b_value, prod.prim)
+        found = strided_operand(g, self.producers, prod.b_value, prod.prim)
         if isinstance(found, str):
             return None
         src, offset, strides = found
@@ -470,9 +242,9 @@ class GemmLowerer(KernelLowerer):
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         row = indexing.normalize(row0 + ix.var(r), sizes)
         if prod.conv:
-            index = [bidx[0] if x[0] > 1 else ix.const(0), ix.var(k), *_unflatten(row, x[2:], sizes)]
+            index = [bidx[0] if x[0] > 1 else ix.const(0), ix.var(k), *unflatten(row, x[2:], sizes)]
         else:
-            index = [*_operand_batch(bidx, x), row if x[-2] > 1 else ix.const(0), ix.var(k)]
+            index = [*operand_batch(bidx, x), row if x[-2] > 1 else ix.const(0), ix.var(k)]
         val = body.cast(inl.value(a, index), "float32")
         store = Store("ap", indexing.normalize(ix.var(r) * prod.K + ix.var(k), sizes), val)
         return (Loop(r, ix.const(0), rows, (Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, store), simd=True),)),)
@@ -503,7 +275,7 @@ class GemmLowerer(KernelLowerer):
     def _b_contiguous_along_k(self, prod: Product) -> bool:
         if prod.pixel_rows:
             return True
-        found = _strided(self.g, self.producers, prod.b_value, prod.prim)
+        found = strided_operand(self.g, self.producers, prod.b_value, prod.prim)
         return not isinstance(found, str) and found[2][-2] == 1
 
     def _leaf(self, v: int, idx: tuple, body: Body) -> str:
