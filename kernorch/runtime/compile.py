@@ -282,9 +282,15 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
                 orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
                             dataclasses.replace(knobs, regions=False))
             more = missing + [c for c in seen + every if c.nodes & back]
-            if round_ >= 2:  # still picking unpriced kernels: price every candidate around them
+            if round_ == 2:  # still picking unpriced kernels: price every candidate around them
                 near = {n for c in missing for n in c.nodes}
                 more += [c for c in seen + every if c.nodes & near]
+            elif round_ > 2:  # and still: rough prices keep undercutting measured ones, so price
+                # every candidate the plan could pick (a full tuning, as without regions)
+                if not every:
+                    orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
+                                dataclasses.replace(knobs, regions=False))
+                more += seen + every
             with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
                 measured.progress = update
                 measured.prefetch(more)
