@@ -73,8 +73,8 @@ class Product:
 
 
 def unflatten(n: ix.Expr, shape, sizes) -> list:
-    """Row-major coordinates of flat index ``n`` in ``shape``. The outermost one takes no modulo:
-    past the end (the last panel's spare columns) it runs on, so flat offsets fold back to ``n``."""
+    """Row-major coordinates of flat index ``n`` in ``shape`` (the outermost one takes no modulo:
+    ``n`` is in range)."""
     out, inner = [], 1
     for d in reversed(range(len(shape))):
         q = ix.floordiv(n, inner, sizes)

@@ -80,18 +80,15 @@ class CallPlan:
         native = native and native_runs.available()
         steps: list[list] = []
         run: list = []
-        self.step_kernels: list[tuple[int, ...]] = []  # per step, the kernels (program positions) it runs
-        for k, entry in enumerate(program + [None]):
+        for entry in program + [None]:
             if native and entry is not None and native_runs.can_run_natively(entry[0]):
                 run.append(entry)
                 continue
             if run:
                 steps.append([NATIVE, native_runs.NativeRun(run, index)])
-                self.step_kernels.append(tuple(range(k - len(run), k)))
                 run = []
             if entry is not None:
                 steps.append(self._python_step(entry, index, spec))
-                self.step_kernels.append((k,))
         self.native_runs = [s[1] for s in steps if s[0] == NATIVE]
         read_natively = set().union(*(r.reads for r in self.native_runs))
         returned = set()
