@@ -74,6 +74,45 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
   }
   for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
 }
+/* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
+   element strides cs, hs, ws), zeros where it leaves the image: K ordered (kh, kw, c) when the channels
+   are contiguous (cs == 1: a copy per tap), else (c, kh, kw). gemm_product.Window describes it. */
+static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
+                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
+                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float *restrict ap) {
+  const int64_t K = C * KH * KW;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW;
+    float *restrict dst = ap + r * K;
+    for (int64_t kh = 0; kh < KH; kh++) {
+      const int64_t ih = oh * sh - ph + kh * dh;
+      if (cs == 1 && ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
+        float *d = dst + kh * KW * C;
+        const int64_t iw0 = ow * sw - pw;
+        int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
+        if (ih < 0 || ih >= H || lo > KW) lo = KW;
+        hi = hi > KW ? KW : hi < lo ? lo : hi;
+        memset(d, 0, lo * C * sizeof(float));
+        if (hi > lo) memcpy(d + lo * C, x + ih * hs + (iw0 + lo) * ws, (hi - lo) * C * sizeof(float));
+        memset(d + hi * C, 0, (KW - hi) * C * sizeof(float));
+        continue;
+      }
+      for (int64_t kw = 0; kw < KW; kw++) {
+        const int64_t iw = ow * sw - pw + kw * dw;
+        const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+        const float *src = x + ih * hs + iw * ws;
+        if (cs == 1) {
+          float *d = dst + (kh * KW + kw) * C;
+          if (inside) memcpy(d, src, C * sizeof(float)); else memset(d, 0, C * sizeof(float));
+        } else {
+          float *d = dst + kh * KW + kw;
+          if (inside) for (int64_t c = 0; c < C; c++) d[c * KH * KW] = src[c * cs];
+          else for (int64_t c = 0; c < C; c++) d[c * KH * KW] = 0.0f;
+        }
+      }
+    }
+  }
+}
 """ % {"mr": MR, "nr": NR}
 
 
@@ -160,7 +199,11 @@ class GemmLowerer(KernelLowerer):
             own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
             stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
-        if prod.a_src is None:  # A computed: this row block's rows into ap first
+        if prod.window is not None:  # a convolution's windows: this row block's into ap first
+            fill = (Call("kn_window_rows", (rows, row0, (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
+                                            *map(ix.const, prod.window.args()), "ap")),)
+            a_at, lda = ("ap", ix.const(0)), K
+        elif prod.a_src is None:  # A computed: this row block's rows into ap first
             fill = self._computed_rows(prod, bidx, row0, rows, sizes)
             a_at, lda = ("ap", ix.const(0)), K
         else:
@@ -181,6 +224,8 @@ class GemmLowerer(KernelLowerer):
         comment, _ = self.describe()
         how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
+                f" (convolution: A's rows are the pixels' {'x'.join(map(str, prod.window.kernel))} windows, copied per row"
+                " block)" if prod.window else
                 " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill and prod.conv else
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
                 " (A computed per row block)" if fill else "")
@@ -216,7 +261,8 @@ class GemmLowerer(KernelLowerer):
         g = self.g
         if prod.pixel_rows:
             w = prod.b_value
-            return (w, (*range(1, len(g.types[w].shape)), 0)) if w in self.ext and w in g.constants else None
+            perm = prod.window.weight_perm if prod.window else (*range(1, len(g.types[w].shape)), 0)
+            return (w, perm) if w in self.ext and w in g.constants else None
         shape = g.types[prod.b_value].shape
         if prod.conv or len(shape) != 2:
             return None
@@ -254,7 +300,7 @@ class GemmLowerer(KernelLowerer):
         convolution's weight with the pixels as rows), a builder of the statements that set
         ``tl[c] = sum over k of A[k] * B[k, col0 + c]`` for the unit's columns: a dot product per
         column, vectorized along k, reading each weight row once (no panel to pack). Else None."""
-        if prod.M != 1 or not self._b_contiguous_along_k(prod):
+        if prod.M != 1 or prod.window or not self._b_contiguous_along_k(prod):
             return None
         g, vs = self.g, self.vs
 

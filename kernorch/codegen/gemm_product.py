@@ -21,6 +21,40 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
 
 
+MIN_WINDOW_COLUMNS = 8  # output channels of a windowed convolution (a tile is 32 wide)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A 2-D convolution's image read as A (im2row): row ``p`` is output pixel p's window, ``K``
+    ordered (kh, kw, channel) when the channels are contiguous (a run per tap) and (channel, kh,
+    kw) otherwise, zeros where the window leaves the image (the pads). Fields in the order
+    ``kn_window_rows`` (gemm.py) takes them."""
+
+    channels: int
+    height: int
+    width: int
+    strides: tuple[int, int, int]  # of the image's channel, row and column, in elements
+    out_width: int
+    kernel: tuple[int, int]
+    conv_strides: tuple[int, int]
+    pads: tuple[int, int]  # begins (the ends follow from the output size)
+    dilations: tuple[int, int]
+
+    @property
+    def channels_inner(self) -> bool:
+        return self.strides[0] == 1
+
+    @property
+    def weight_perm(self) -> tuple[int, ...]:
+        """The weight's (Cout, Cin, KH, KW) dims in the order that reads it as B (K, Cout)."""
+        return (2, 3, 1, 0) if self.channels_inner else (1, 2, 3, 0)
+
+    def args(self) -> tuple[int, ...]:
+        return (self.channels, self.height, self.width, *self.strides, self.out_width, *self.kernel,
+                *self.conv_strides, *self.pads, *self.dilations)
+
+
 @dataclass(frozen=True)
 class Product:
     """A linear prim as ``out[batch, m, n] = sum over k of A[batch, m, k] * B[batch, k, n]``:
@@ -39,6 +73,9 @@ class Product:
     # A 1x1 convolution whose image has contiguous channels (channels-last, or 1x1 maps): the
     # pixels are A's rows and the weight is B, so an NHWC output tile is 32 contiguous channels.
     pixel_rows: bool = False
+    # Any other convolution: A's row for a pixel is its window of the image (``Window``), copied a
+    # row block at a time into ``ap`` (pixel_rows is then True too).
+    window: Window | None = None
 
     @property
     def conv(self) -> bool:
@@ -102,11 +139,17 @@ def product_of(g: Graph, prims: list[Prim]) -> Product | str:
     if p.op is Op.CONV:
         a = p.attrs
         x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
-        if a.groups != 1 or any(k != 1 for k in w[2:]) or any(a.pads) or len(x) < 3:
-            return f"convolution {g.name(p.output)} is not a 1x1 convolution without pads or groups"
+        if a.groups != 1 or len(x) < 3:
+            return f"convolution {g.name(p.output)} is grouped or has no spatial dims"
+        if any(k != 1 for k in w[2:]) or any(a.pads):
+            return _window_rows(g, producers, p)
         pixels = _pixel_rows(g, producers, p) or _computed_pixel_rows(g, producers, p)
         if pixels is not None:
             return pixels
+        if any(s != 1 for s in a.strides):  # a strided 1x1 (a downsampling shortcut): channels-last as a window
+            window = _window_rows(g, producers, p)
+            if isinstance(window, Product) and window.window.channels_inner:
+                return window
         a_value = p.inputs[1]
         batch, M, K, N = (out[0],), w[0], w[1], math.prod(out[2:])
     else:
@@ -165,6 +208,30 @@ def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None
     lda = st[spatial[-1]] if spatial else x[1]
     return Product(p, (out[0],), math.prod(out[2:]), x[1], w[0], src, offset, (st[0], lda),
                    (x[0],), pixel_rows=True)
+
+
+def _window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str:
+    """The 2-D convolution ``p`` with its pixels' windows as A's rows (``Window``): its image a
+    strided view of a kernel input, its weight a constant (packed once in the window's order).
+    Else why not."""
+    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
+    a, name = p.attrs, g.name(p.output)
+    if len(x) != 4 or any(a.output_padding):
+        return f"convolution {name} is not a 2-D convolution"
+    if p.inputs[1] not in g.constants:
+        return f"the weight of convolution {name} is computed, not a constant"
+    if w[0] < MIN_WINDOW_COLUMNS:
+        return f"convolution {name} has {w[0]} output channels (a generated one takes >= {MIN_WINDOW_COLUMNS})"
+    found = strided_operand(g, producers, p.inputs[0], p)
+    if isinstance(found, str):
+        return found
+    src, offset, st = found
+    if g.types[src].size == 1:
+        return f"the image of convolution {name} is a scalar"
+    window = Window(x[1], x[2], x[3], (1 if x[1] == 1 else st[1], st[2], st[3]), out[3], (w[2], w[3]),
+                    tuple(a.strides), (a.pads[0], a.pads[1]), tuple(a.dilations))
+    return Product(p, (out[0],), out[2] * out[3], x[1] * w[2] * w[3], w[0], src, offset, (st[0], 0), (x[0],),
+                   pixel_rows=True, window=window)
 
 
 def _computed_pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:

@@ -124,6 +124,23 @@ def _scaled_channels_last_conv(n=1, h=5, w=7, cin=40, cout=37, residual=True):
     return finish(b, y)
 
 
+def _window_conv(n=1, h=9, w=11, cin=5, cout=40, kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                 dilations=(1, 1), channels_last=True, act=Op.RELU, residual=False):
+    """A convolution with a KxK window (or a strided 1x1): each pixel's window of the image is a
+    row of A, copied a row block at a time (zeros in the pads), the weight packed once in the
+    window's order; channels-last (a copy per tap) or NCHW (the network's input)."""
+    rng = np.random.default_rng(8)
+    b = Builder()
+    x = b.permute(b.input((n, h, w, cin)), (0, 3, 1, 2)) if channels_last else b.input((n, cin, h, w))
+    wt = b.constant(rng.standard_normal((cout, cin, *kernel)).astype(np.float32))
+    y = b.conv(x, wt, b.constant(rng.standard_normal(cout).astype(np.float32)), ConvAttrs(strides, pads, dilations, 1))
+    if channels_last:
+        y = b.permute(y, (0, 2, 3, 1))
+    if residual:
+        y = b.binary(Op.ADD, y, b.input(b.shape(y)))
+    return finish(b, b.unary(act, y) if act else y)
+
+
 def _squeeze_excite(cin=72, cout=24, images=1):
     """The 1x1 convolution of a squeeze-excitation block on a 1x1 map: one pixel, one A row, a
     dot product per output channel."""
@@ -173,8 +190,20 @@ CASES = {
     "conv1x1_computed_one_pixel": lambda: _scaled_channels_last_conv(h=1, w=1, cin=50, cout=45),
     "matmul_computed_a": lambda: _computed_a(),
     "matmul_computed_one_row": lambda: _computed_a(m=1, k=300, n=70, transposed=True),
+    "conv3x3_channels_last": lambda: _window_conv(residual=True),
+    "conv3x3_stride2_stem": lambda: _window_conv(n=2, h=15, w=13, cin=3, cout=16, strides=(2, 2), channels_last=False),
+    "conv7x7_stride2_pad3": lambda: _window_conv(h=17, w=16, cin=3, cout=33, kernel=(7, 7), strides=(2, 2),
+                                                 pads=(3, 3, 3, 3), act=None),
+    "conv5x3_dilated_uneven_pads": lambda: _window_conv(h=12, w=10, cin=9, cout=70, kernel=(5, 3), pads=(2, 0, 3, 1),
+                                                        dilations=(2, 1), channels_last=False, act=Op.SIGMOID),
+    "conv3x3_channels_last_wide_pads": lambda: _window_conv(h=4, w=5, cin=8, cout=16, pads=(4, 3, 4, 5), act=None),
+    "conv3x3_no_pads_one_pixel": lambda: _window_conv(h=3, w=3, cin=40, cout=50, pads=(0, 0, 0, 0)),
+    "conv1x1_stride2_channels_last": lambda: _window_conv(h=10, w=9, cin=24, cout=36, kernel=(1, 1), strides=(2, 2),
+                                                          pads=(0, 0, 0, 0), residual=True),
 }
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
+WINDOWS = {"conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
+           "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last"}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
@@ -184,10 +213,10 @@ DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1
 PANEL_PACKED = {"bias_tanh", "no_epilogue", "transposed_weight", "residual_scaled", "exact_tiles", "one_row",
                 "batched_rows", "long_k", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
                 "conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
-                "matmul_computed_a"}
+                "matmul_computed_a", *WINDOWS}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
-              "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE}
+              "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE, *WINDOWS}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -202,6 +231,7 @@ def test_gemm_matches_interpreter(name):
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
     assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE | COMPUTED_A)
+    assert ("windows, copied per row block" in notes) == (name in WINDOWS)
     # a constant weight read by the tile comes from a copy packed once in 32-column panels
     assert ("in panels of 32 columns" in notes) == (name in PANEL_PACKED)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)

@@ -58,7 +58,7 @@ CASES = {
     "depthwise_odd_size_no_pad": lambda: _conv(shape=(2, 5, 7, 3), pads=(0, 0, 0, 0), epilogue=None),
     "conv1d": lambda: _conv(shape=(2, 6, 17), strides=(2,), pads=(1, 2), dil=(1,)),
     "grouped_1x1": lambda: _conv(shape=(1, 32, 7, 7), cout=16, groups=2, k=1, pads=(0, 0, 0, 0)),
-    "stem_3_channels": lambda: _conv(shape=(1, 3, 16, 16), cout=8, groups=1, strides=(2, 2), prologue=None),
+    "stem_3_channels_prologue": lambda: _conv(shape=(1, 3, 16, 16), cout=8, groups=1, strides=(2, 2)),
     "narrow_1x1": lambda: _conv(shape=(1, 8, 9, 9), cout=12, groups=1, k=1, pads=(0, 0, 0, 0)),
 }
 
