@@ -23,6 +23,10 @@ row chunk) units; each unit packs its ``NR``-column panel of B (``bp``) unless B
 weight, read from a copy packed once in zero-padded panels (``KernelSpec.packs``, packing.py);
 then for every ``MR``-row block ``kn_gemm_tile`` (C header) sums the products into a tile and
 the epilogue loop stores every kernel output from it.
+Any other 2-D convolution without groups (KxK, pads, dilations, a strided 1x1 channels-last)
+whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window),
+copied a row block at a time into ``ap`` by ``kn_window_rows``; a packed weight up to
+PANELS_INNER_BYTES is then read whole for each row block, so each window is copied once.
 A product of one row (a 1x1 map, one token) skips the panel: a dot product per column along k.
 The solver still prices the library providers on the same candidate.
 """
@@ -43,6 +47,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Prim
 
 MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats (kn_gemm_tile in c.py)
+PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
 
 HELPERS = r"""#include <string.h>
@@ -84,10 +89,23 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
   for (int64_t r = 0; r < rows; r++) {
     const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW;
     float *restrict dst = ap + r * K;
-    for (int64_t kh = 0; kh < KH; kh++) {
+    if (cs != 1) {  /* K ordered (c, kh, kw): a row of taps per channel and kernel row */
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t kh = 0; kh < KH; kh++) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          const float *row = x + c * cs + ih * hs;
+          float *d = dst + (c * KH + kh) * KW;
+          for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) d[kw] = row[iw * ws]; else d[kw] = 0.0f;
+          }
+        }
+      continue;
+    }
+    for (int64_t kh = 0; kh < KH; kh++) {  /* K ordered (kh, kw, c) */
       const int64_t ih = oh * sh - ph + kh * dh;
-      if (cs == 1 && ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
-        float *d = dst + kh * KW * C;
+      float *d = dst + kh * KW * C;
+      if (ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
         const int64_t iw0 = ow * sw - pw;
         int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
         if (ih < 0 || ih >= H || lo > KW) lo = KW;
@@ -97,18 +115,10 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
         memset(d + hi * C, 0, (KW - hi) * C * sizeof(float));
         continue;
       }
-      for (int64_t kw = 0; kw < KW; kw++) {
+      for (int64_t kw = 0; kw < KW; kw++, d += C) {  /* a run of C channels per tap */
         const int64_t iw = ow * sw - pw + kw * dw;
-        const int inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
-        const float *src = x + ih * hs + iw * ws;
-        if (cs == 1) {
-          float *d = dst + (kh * KW + kw) * C;
-          if (inside) memcpy(d, src, C * sizeof(float)); else memset(d, 0, C * sizeof(float));
-        } else {
-          float *d = dst + kh * KW + kw;
-          if (inside) for (int64_t c = 0; c < C; c++) d[c * KH * KW] = src[c * cs];
-          else for (int64_t c = 0; c < C; c++) d[c * KH * KW] = 0.0f;
-        }
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) memcpy(d, x + ih * hs + iw * ws, C * sizeof(float));
+        else memset(d, 0, C * sizeof(float));
       }
     }
   }
@@ -148,7 +158,10 @@ class GemmLowerer(KernelLowerer):
         nb, npan = math.prod(batch), -(-N // NR)
         blocks = -(-M // MR)
         units = UNITS_PER_THREAD * self.threads
-        chunks = min(blocks, -(-units // (nb * npan))) if nb * npan < units else 1
+        # windows copied once per row block for all panels, while the packed weight stays in cache
+        inner = prod.window is not None and npan > 1 and K * npan * NR * 4 <= PANELS_INNER_BYTES
+        upan = 1 if inner else npan  # panels that units split
+        chunks = min(blocks, -(-units // (nb * upan))) if nb * upan < units else 1
         per_chunk = -(-blocks // chunks)
         chunks = -(-blocks // per_chunk)
 
@@ -161,10 +174,11 @@ class GemmLowerer(KernelLowerer):
                 self.buf[v] = f"{role}{k}"
                 args.append(Arg(self.buf[v], g.types[v].dtype, g.types[v].size, role))
 
-        u = vs.new(nb * npan * chunks)
+        u = vs.new(nb * upan * chunks)
         sizes = vs.sizes
-        bt = ix.floordiv(ix.var(u), npan * chunks, sizes)
-        pan = ix.mod(ix.floordiv(ix.var(u), chunks, sizes), npan, sizes)
+        bt = ix.floordiv(ix.var(u), upan * chunks, sizes)
+        panel = vs.new(npan) if inner else None
+        pan = ix.var(panel) if inner else ix.mod(ix.floordiv(ix.var(u), chunks, sizes), npan, sizes)
         chunk = ix.mod(ix.var(u), chunks, sizes)
         bidx = unflatten(bt, batch, sizes)
         col0 = indexing.normalize(pan * NR, sizes)
@@ -218,9 +232,10 @@ class GemmLowerer(KernelLowerer):
             body_unit = (Loop(mbl, ix.const(0), blocks_here, (*fill, *dots, epilogue)),)
             arrays += (Decl("tl", "float32", MR * NR),)
         else:
-            body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, tile, epilogue)))
+            per_block = (Loop(panel, ix.const(0), ix.const(npan), (tile, epilogue)),) if inner else (tile, epilogue)
+            body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
             arrays += ((Decl("bp", "float32", K * NR),) if pack else ()) + (Decl("tl", "float32", MR * NR),)
-        par = Parallel(u, nb * npan * chunks, body_unit, arrays, threads=True)
+        par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
@@ -229,7 +244,9 @@ class GemmLowerer(KernelLowerer):
                 " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill and prod.conv else
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
                 " (A computed per row block)" if fill else "")
-        note = f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks, {how}{role}"
+        order = ", every panel per row block" if inner else ""
+        note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks{order}, "
+                f"{how}{role}")
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,

@@ -4,7 +4,8 @@ what may follow the product in the kernel.
 
 Which operand is A decides the kernel's loops: a matmul's left operand; a 1x1 convolution's
 weight (NCHW: B is the image's pixels), or its pixels when the image has contiguous channels
-(channels-last, a 1x1 map) or is computed from channels-last reads. A computed A (a prologue)
+(channels-last, a 1x1 map) or is computed from channels-last reads; any other convolution's
+pixels' windows (``Window``, im2row a row block at a time). A computed A (a prologue)
 is allowed where its reads run contiguously along k, so a row block of it can be computed with
 vector loads.
 """
