@@ -153,7 +153,7 @@ def test_kn_own_plan_with_onednn_kernels_saves_and_loads(tmp_path):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c1 = torch.nn.Conv2d(8, 8, 3, padding=1)  # 72 taps: past a C stencil
+            self.c1 = torch.nn.Conv2d(8, 8, 5, padding=2, groups=2)  # grouped, 100 taps: no C stencil or GEMM
             self.c2 = torch.nn.Conv2d(8, 8, 1)
             self.fc = torch.nn.Linear(8, 5)
 
