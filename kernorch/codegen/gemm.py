@@ -37,8 +37,8 @@ import math
 
 from kernorch.codegen import indexing
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.gemm_product import (Product, coords_of, operand_batch, product_of, strided_operand,
-                                           unflatten)
+from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, operand_batch, product_of,
+                                           strided_operand, unflatten)
 from kernorch.codegen.linear import layout_strides
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
@@ -79,6 +79,81 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
   }
   for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
 }
+/* tile[r*%(nr)d + n] = sum over k of a[r*lda + k] * w[n*K + k], r < mr, n < N <= %(nd)d: a convolution with
+   fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
+#if defined(__clang__)
+static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
+                        const float *restrict w, float *restrict tile) {
+#pragma clang fp contract(fast)
+#else
+__attribute__((optimize("fp-contract=fast")))
+static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
+                        const float *restrict w, float *restrict tile) {
+#endif
+  for (int64_t r = 0; r < mr; r++) {
+    const float *x = a + r * lda;
+    kn_v16 acc[%(nd)d];
+    float tail[%(nd)d];
+    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      kn_v16 xv; memcpy(&xv, x + k, 64);
+      for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, w + n * K + k, 64); acc[n] += xv * wv; }
+    }
+    for (; k < K; k++)
+      for (int n = 0; n < N; n++) tail[n] += x[k] * w[n * K + k];
+    for (int n = 0; n < N; n++) {
+      float s = tail[n];
+      for (int j = 0; j < 16; j++) s += acc[n][j];
+      tile[r * %(nr)d + n] = s;
+    }
+  }
+}
+/* The same dot products read in place from a channels-last image whose kernel rows are runs of KW*C floats
+   (ws == C, unit dilation along w): no window is copied (for 3 output channels a copy costs more than the
+   products). Arguments as kn_window_rows's, then N, the weight (N, K) and the tile. */
+#if defined(__clang__)
+static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
+                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
+                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
+                           const float *restrict w, float *restrict tile) {
+#pragma clang fp contract(fast)
+#else
+__attribute__((optimize("fp-contract=fast")))
+static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
+                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
+                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
+                           const float *restrict w, float *restrict tile) {
+#endif
+  const int64_t K = C * KH * KW;
+  (void)cs; (void)dw;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW, iw0 = ow * sw - pw;
+    int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) of each kernel row lie inside */
+    hi = hi > KW ? KW : hi;
+    kn_v16 acc[%(nd)d];
+    float tail[%(nd)d];
+    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
+    for (int64_t kh = 0; kh < KH && hi > lo; kh++) {
+      const int64_t ih = oh * sh - ph + kh * dh;
+      if (ih < 0 || ih >= H) continue;
+      const float *xr = x + ih * hs + (iw0 + lo) * ws, *wr = w + (kh * KW + lo) * C;
+      const int64_t len = (hi - lo) * C;
+      int64_t k = 0;
+      for (; k + 16 <= len; k += 16) {
+        kn_v16 xv; memcpy(&xv, xr + k, 64);
+        for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, wr + n * K + k, 64); acc[n] += xv * wv; }
+      }
+      for (; k < len; k++)
+        for (int n = 0; n < N; n++) tail[n] += xr[k] * wr[n * K + k];
+    }
+    for (int n = 0; n < N; n++) {
+      float s = tail[n];
+      for (int j = 0; j < 16; j++) s += acc[n][j];
+      tile[r * %(nr)d + n] = s;
+    }
+  }
+}
 /* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
    element strides cs, hs, ws), zeros where it leaves the image: K ordered (kh, kw, c) when the channels
    are contiguous (cs == 1: a copy per tap), else (c, kh, kw). gemm_product.Window describes it. */
@@ -95,6 +170,11 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
           const int64_t ih = oh * sh - ph + kh * dh;
           const float *row = x + c * cs + ih * hs;
           float *d = dst + (c * KH + kh) * KW;
+          const int64_t iw0 = ow * sw - pw;
+          if (ws == 1 && dw == 1 && ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: one run */
+            memcpy(d, row + iw0, KW * sizeof(float));
+            continue;
+          }
           for (int64_t kw = 0; kw < KW; kw++) {
             const int64_t iw = ow * sw - pw + kw * dw;
             if (ih >= 0 && ih < H && iw >= 0 && iw < W) d[kw] = row[iw * ws]; else d[kw] = 0.0f;
@@ -107,6 +187,10 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
       float *d = dst + kh * KW * C;
       if (ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
         const int64_t iw0 = ow * sw - pw;
+        if (ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: a copy of a constant size */
+          memcpy(d, x + ih * hs + iw0 * ws, KW * C * sizeof(float));
+          continue;
+        }
         int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
         if (ih < 0 || ih >= H || lo > KW) lo = KW;
         hi = hi > KW ? KW : hi < lo ? lo : hi;
@@ -123,7 +207,7 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
     }
   }
 }
-""" % {"mr": MR, "nr": NR}
+""" % {"mr": MR, "nr": NR, "nd": MIN_WINDOW_COLUMNS - 1}
 
 
 def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
@@ -185,12 +269,15 @@ class GemmLowerer(KernelLowerer):
 
         # B a constant weight: read from a copy packed once in panels (no pack per unit)
         gemv = self._dot_columns(prod, bidx, col0, sizes)
-        weight = self._constant_b(prod) if gemv is None else None
+        dots = prod.window is not None and N < MIN_WINDOW_COLUMNS  # a few output channels: dots per pixel
+        weight = self._constant_b(prod) if gemv is None and not dots else None
         if weight is not None:
             self.pack(weight[0], weight[1], NR)
+        if dots:
+            self.pack(prod.b_value, prod.window.dot_perm)
 
         cols = ix.minimum(N - col0, NR, sizes)
-        pack = () if gemv is not None or weight is not None else self._pack_panel(prod, bidx, col0, cols, sizes)
+        pack = () if gemv is not None or weight is not None or dots else self._pack_panel(prod, bidx, col0, cols, sizes)
 
         # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
@@ -213,10 +300,15 @@ class GemmLowerer(KernelLowerer):
             own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
             stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
-        if prod.window is not None:  # a convolution's windows: this row block's into ap first
-            fill = (Call("kn_window_rows", (rows, row0, (self.buf[prod.a_src], indexing.normalize(a_base, sizes)),
-                                            *map(ix.const, prod.window.args()), "ap")),)
+        win = prod.window
+        # dot products read in place when each kernel row of the (channels-last) image is one run
+        direct = dots and win.channels_inner and win.strides[2] == win.channels and win.dilations[1] == 1
+        image = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)) if win is not None else None
+        if win is not None and not direct:  # a convolution's windows: this row block's into ap first
+            fill = (Call("kn_window_rows", (rows, row0, image, *map(ix.const, win.args()), "ap")),)
             a_at, lda = ("ap", ix.const(0)), K
+        elif direct:
+            fill, a_at, lda = (), image, K
         elif prod.a_src is None:  # A computed: this row block's rows into ap first
             fill = self._computed_rows(prod, bidx, row0, rows, sizes)
             a_at, lda = ("ap", ix.const(0)), K
@@ -224,7 +316,11 @@ class GemmLowerer(KernelLowerer):
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
         b_at = (self.buf[weight[0]], indexing.normalize(pan * (K * NR), sizes)) if weight is not None else "bp"
-        tile = Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl"))
+        weight_at = (self.buf[prod.b_value], ix.const(0)) if dots else None
+        tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
+                if direct else
+                Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
+                Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl")))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         arrays = (Decl("ap", "float32", MR * K),) if fill else ()
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
@@ -237,10 +333,11 @@ class GemmLowerer(KernelLowerer):
             arrays += ((Decl("bp", "float32", K * NR),) if pack else ()) + (Decl("tl", "float32", MR * NR),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
-        how = "one row: a dot product per column" if gemv is not None else f"tiles of {MR} rows"
+        how = ("one row: a dot product per column" if gemv is not None else
+               f"a dot product per row and column, {MR} rows at a time" if dots else f"tiles of {MR} rows")
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
-                f" (convolution: A's rows are the pixels' {'x'.join(map(str, prod.window.kernel))} windows, copied per row"
-                " block)" if prod.window else
+                f" (convolution: A's rows are the pixels' {'x'.join(map(str, win.kernel))} windows, "
+                f"{'read in place' if direct else 'copied per row block'})" if win else
                 " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill and prod.conv else
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
                 " (A computed per row block)" if fill else "")

@@ -22,7 +22,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
 
 
-MIN_WINDOW_COLUMNS = 8  # output channels of a windowed convolution (a tile is 32 wide)
+MIN_WINDOW_COLUMNS = 8  # fewer output channels: dot products per pixel instead of 32-wide tiles
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class Window:
     def weight_perm(self) -> tuple[int, ...]:
         """The weight's (Cout, Cin, KH, KW) dims in the order that reads it as B (K, Cout)."""
         return (2, 3, 1, 0) if self.channels_inner else (1, 2, 3, 0)
+
+    @property
+    def dot_perm(self) -> tuple[int, ...]:
+        """The weight's dims in the order that reads each output channel's taps in K's order."""
+        return (0, 2, 3, 1) if self.channels_inner else (0, 1, 2, 3)
 
     def args(self) -> tuple[int, ...]:
         return (self.channels, self.height, self.width, *self.strides, self.out_width, *self.kernel,
@@ -221,8 +226,6 @@ def _window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str
         return f"convolution {name} is not a 2-D convolution"
     if p.inputs[1] not in g.constants:
         return f"the weight of convolution {name} is computed, not a constant"
-    if w[0] < MIN_WINDOW_COLUMNS:
-        return f"convolution {name} has {w[0]} output channels (a generated one takes >= {MIN_WINDOW_COLUMNS})"
     found = strided_operand(g, producers, p.inputs[0], p)
     if isinstance(found, str):
         return found

@@ -198,12 +198,20 @@ CASES = {
                                                         dilations=(2, 1), channels_last=False, act=Op.SIGMOID),
     "conv3x3_channels_last_wide_pads": lambda: _window_conv(h=4, w=5, cin=8, cout=16, pads=(4, 3, 4, 5), act=None),
     "conv3x3_no_pads_one_pixel": lambda: _window_conv(h=3, w=3, cin=40, cout=50, pads=(0, 0, 0, 0)),
+    "conv9x9_to_rgb_channels_last": lambda: _window_conv(h=12, w=11, cin=8, cout=3, kernel=(9, 9), pads=(4,) * 4,
+                                                         act=Op.TANH),
+    "conv5x5_stride2_wide_pads_to_rgb": lambda: _window_conv(h=9, w=8, cin=6, cout=3, kernel=(5, 5), strides=(2, 2),
+                                                             pads=(1, 6, 2, 6), residual=True),
+    "conv3x3_to_two_channels_nchw": lambda: _window_conv(n=2, h=7, w=9, cin=5, cout=2, channels_last=False),
     "conv1x1_stride2_channels_last": lambda: _window_conv(h=10, w=9, cin=24, cout=36, kernel=(1, 1), strides=(2, 2),
                                                           pads=(0, 0, 0, 0), residual=True),
 }
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
+WINDOW_DOTS = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # fewer than 8 output channels
+               "conv3x3_to_two_channels_nchw"}
+IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb"}  # channels-last: no window copied
 WINDOWS = {"conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
-           "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last"}
+           "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last", *WINDOW_DOTS}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
@@ -213,7 +221,7 @@ DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1
 PANEL_PACKED = {"bias_tanh", "no_epilogue", "transposed_weight", "residual_scaled", "exact_tiles", "one_row",
                 "batched_rows", "long_k", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
                 "conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
-                "matmul_computed_a", *WINDOWS}
+                "matmul_computed_a", *(WINDOWS - WINDOW_DOTS)}
 
 PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE, *WINDOWS}
@@ -231,9 +239,12 @@ def test_gemm_matches_interpreter(name):
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
     assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE | COMPUTED_A)
-    assert ("windows, copied per row block" in notes) == (name in WINDOWS)
+    assert ("windows, copied per row block" in notes) == (name in WINDOWS - IN_PLACE)
+    assert ("windows, read in place" in notes) == (name in IN_PLACE)
     # windows copied once for every 32-column panel (more than one) of a weight that stays in cache
-    assert ("every panel per row block" in notes) == (name in WINDOWS - {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads"})
+    one_panel = {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", *WINDOW_DOTS}
+    assert ("every panel per row block" in notes) == (name in WINDOWS - one_panel)
+    assert ("a dot product per row and column" in notes) == (name in WINDOW_DOTS)
     # a constant weight read by the tile comes from a copy packed once in 32-column panels
     assert ("in panels of 32 columns" in notes) == (name in PANEL_PACKED)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
