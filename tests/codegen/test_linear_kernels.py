@@ -1,7 +1,8 @@
 """Linear kernels: matmul / batched matmul with a transposed operand view and bias adds (float32
 ones are generated C GEMMs, codegen/gemm.py; float64 ones run through PyTorch), convolutions
-(asymmetric pads, groups) with more taps than a C stencil takes and transposed convolutions
-through PyTorch; and what can_generate refuses around them."""
+(asymmetric pads, groups) with more taps than a C stencil takes (without groups: generated GEMMs
+over their windows; grouped and transposed ones through PyTorch); and what can_generate refuses
+around them."""
 
 import numpy as np
 import pytest
@@ -83,12 +84,15 @@ CASES = {
 }
 
 
+WINDOW_GEMMS = {"conv", "conv_asymmetric_pads", "conv_bias_add"}  # float32, no groups: gemm_product.Window
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_linear_matches_interpreter(name):
     g, members, outputs = CASES[name]()
     assert codegen.can_generate(g, members, outputs), codegen.why_not(g, members, outputs)
     kernel = codegen.build_kernel(g, members, outputs)
-    gemm = name.startswith(("matmul", "batched")) and "float64" not in name
+    gemm = (name.startswith(("matmul", "batched")) and "float64" not in name) or name in WINDOW_GEMMS
     assert kernel.provider == ("c" if gemm else "linear")
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 

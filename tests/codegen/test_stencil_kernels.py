@@ -92,13 +92,14 @@ def test_packed_weight_follows_a_new_weight_tensor():
 
 
 def test_too_many_taps_stay_a_library_kernel():
-    g, members, outputs = _conv(shape=(1, 16, 8, 8), cout=4, groups=1, prologue=None, epilogue=None)  # 144 taps
+    # grouped, 144 taps: no stencil, and no generated GEMM (those take no groups)
+    g, members, outputs = _conv(shape=(1, 32, 8, 8), cout=4, groups=2, prologue=None, epilogue=None)
     conv = next(p for p in g.prims if p.op is Op.CONV)
     assert f"144 taps per output (C stencils take <= {stencil.MAX_TAPS})" in stencil.why_not(g, conv)
     kernel = codegen.build_kernel(g, members, outputs)
     assert kernel.provider == "linear"
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
-    g, members, outputs = _conv(shape=(1, 16, 8, 8), cout=4, groups=1)  # and with a prologue: no kernel at all
+    g, members, outputs = _conv(shape=(1, 32, 8, 8), cout=4, groups=2)  # and with a prologue: no kernel at all
     assert "computed, not a view" in codegen.why_not(g, members, outputs)
 
 
