@@ -1,7 +1,8 @@
 """The rewrite pipeline: named rules, the default selection, and ``apply_rewrites``.
 
-Defaults: the cleanups (fold, algebra, cse, dce, views, bn_fold) and ``merge_linear`` (one GEMM
-instead of several on the same input, with constant weights, never more work) are on. Korch's
+Defaults: the cleanups (fold, algebra, cse, dce, views, bn_fold), ``tanh_softplus`` (Mish's gate
+as one exp and a division, equal up to rounding) and ``merge_linear`` (one GEMM instead of several
+on the same input, with constant weights, never more work) are on. Korch's
 ``sum_to_matmul`` and ``div_past_matmul`` change which prims exist and only pay off when the
 orchestrator measures them, so they are opt-in, as is ``merge_linear_concat`` (it copies computed
 weights on every run). Each is selectable by name for the benchmark ablation.
@@ -13,7 +14,7 @@ from typing import Iterable
 
 from kernorch.errors import KernorchError, VerificationError
 from kernorch.ir.graph import Graph
-from kernorch.rewrite import bn_fold, cse, fold, matmul, merge, views
+from kernorch.rewrite import activations, bn_fold, cse, fold, matmul, merge, views
 from kernorch.rewrite.check import mismatches
 from kernorch.rewrite.driver import RewriteOptions, Rule, run_rules
 
@@ -29,6 +30,7 @@ RULES: dict[str, Rule] = {
     "broadcast_chain": views.broadcast_chain,
     "view_of_concat": views.view_of_concat,
     "bn_fold": bn_fold.bn_fold,
+    "tanh_softplus": activations.tanh_softplus,
     "merge_linear": merge.merge_linear,
     "merge_linear_concat": merge.merge_linear_concat,
     "sum_to_matmul": matmul.sum_to_matmul,
@@ -47,7 +49,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 # convolutions of one input are merged (a merged conv's slices no longer match the fold pattern).
 CLEANUPS: frozenset[str] = frozenset({"fold", "algebra", "cse", "bn_fold"} | set(GROUPS["views"]))
 
-DEFAULT_RULES: tuple[str, ...] = ("fold", "algebra", "cse", "dce", "views", "bn_fold", "merge_linear")
+DEFAULT_RULES: tuple[str, ...] = ("fold", "algebra", "cse", "dce", "views", "bn_fold", "tanh_softplus", "merge_linear")
 ALL_RULES: tuple[str, ...] = DEFAULT_RULES + ("merge_linear_concat", "sum_to_matmul", "div_past_matmul")
 
 
