@@ -8,7 +8,7 @@ Element types: float, double, intN_t, uint8_t for bool (0/1).
 from __future__ import annotations
 
 from kernorch.codegen import literals
-from kernorch.codegen.gemm import HELPERS as GEMM_HELPERS
+from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.ir import index as ix
 

@@ -36,178 +36,19 @@ from __future__ import annotations
 import math
 
 from kernorch.codegen import indexing
+from kernorch.codegen.gemm_helpers import MR, NR
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, operand_batch, product_of,
                                            strided_operand, unflatten)
-from kernorch.codegen.linear import layout_strides
+from kernorch.codegen.linear import layout_strides, view_map
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Prim
+from kernorch.ir.prims import Kind, Op, Prim
 
-MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats (kn_gemm_tile in c.py)
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
-
-HELPERS = r"""#include <string.h>
-typedef float kn_v16 __attribute__((vector_size(64), aligned(4)));
-/* tile[r][0:%(nr)d] = sum over k of a[r*lda + k] * bp[k*%(nr)d + 0:%(nr)d], r < mr <= %(mr)d: the register
-   block of the generated GEMMs (codegen/gemm.py). Multiply-adds contract to FMAs here only. */
-#if defined(__clang__)
-static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile) {
-#endif
-  kn_v16 acc[%(mr)d][2];
-  for (int r = 0; r < %(mr)d; r++) { acc[r][0] = (kn_v16){0}; acc[r][1] = (kn_v16){0}; }
-  if (mr == %(mr)d) {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
-#pragma GCC unroll %(mr)d
-      for (int r = 0; r < %(mr)d; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
-    }
-  } else {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
-      for (int r = 0; r < mr; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
-    }
-  }
-  for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
-}
-/* tile[r*%(nr)d + n] = sum over k of a[r*lda + k] * w[n*K + k], r < mr, n < N <= %(nd)d: a convolution with
-   fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
-#if defined(__clang__)
-static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
-                        const float *restrict w, float *restrict tile) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
-                        const float *restrict w, float *restrict tile) {
-#endif
-  for (int64_t r = 0; r < mr; r++) {
-    const float *x = a + r * lda;
-    kn_v16 acc[%(nd)d];
-    float tail[%(nd)d];
-    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-      kn_v16 xv; memcpy(&xv, x + k, 64);
-      for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, w + n * K + k, 64); acc[n] += xv * wv; }
-    }
-    for (; k < K; k++)
-      for (int n = 0; n < N; n++) tail[n] += x[k] * w[n * K + k];
-    for (int n = 0; n < N; n++) {
-      float s = tail[n];
-      for (int j = 0; j < 16; j++) s += acc[n][j];
-      tile[r * %(nr)d + n] = s;
-    }
-  }
-}
-/* The same dot products read in place from a channels-last image whose kernel rows are runs of KW*C floats
-   (ws == C, unit dilation along w): no window is copied (for 3 output channels a copy costs more than the
-   products). Arguments as kn_window_rows's, then N, the weight (N, K) and the tile. */
-#if defined(__clang__)
-static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
-                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
-                           const float *restrict w, float *restrict tile) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
-                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
-                           const float *restrict w, float *restrict tile) {
-#endif
-  const int64_t K = C * KH * KW;
-  (void)cs; (void)dw;
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW, iw0 = ow * sw - pw;
-    int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) of each kernel row lie inside */
-    hi = hi > KW ? KW : hi;
-    kn_v16 acc[%(nd)d];
-    float tail[%(nd)d];
-    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
-    for (int64_t kh = 0; kh < KH && hi > lo; kh++) {
-      const int64_t ih = oh * sh - ph + kh * dh;
-      if (ih < 0 || ih >= H) continue;
-      const float *xr = x + ih * hs + (iw0 + lo) * ws, *wr = w + (kh * KW + lo) * C;
-      const int64_t len = (hi - lo) * C;
-      int64_t k = 0;
-      for (; k + 16 <= len; k += 16) {
-        kn_v16 xv; memcpy(&xv, xr + k, 64);
-        for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, wr + n * K + k, 64); acc[n] += xv * wv; }
-      }
-      for (; k < len; k++)
-        for (int n = 0; n < N; n++) tail[n] += xr[k] * wr[n * K + k];
-    }
-    for (int n = 0; n < N; n++) {
-      float s = tail[n];
-      for (int j = 0; j < 16; j++) s += acc[n][j];
-      tile[r * %(nr)d + n] = s;
-    }
-  }
-}
-/* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
-   element strides cs, hs, ws), zeros where it leaves the image: K ordered (kh, kw, c) when the channels
-   are contiguous (cs == 1: a copy per tap), else (c, kh, kw). gemm_product.Window describes it. */
-static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
-                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float *restrict ap) {
-  const int64_t K = C * KH * KW;
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW;
-    float *restrict dst = ap + r * K;
-    if (cs != 1) {  /* K ordered (c, kh, kw): a row of taps per channel and kernel row */
-      for (int64_t c = 0; c < C; c++)
-        for (int64_t kh = 0; kh < KH; kh++) {
-          const int64_t ih = oh * sh - ph + kh * dh;
-          const float *row = x + c * cs + ih * hs;
-          float *d = dst + (c * KH + kh) * KW;
-          const int64_t iw0 = ow * sw - pw;
-          if (ws == 1 && dw == 1 && ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: one run */
-            memcpy(d, row + iw0, KW * sizeof(float));
-            continue;
-          }
-          for (int64_t kw = 0; kw < KW; kw++) {
-            const int64_t iw = ow * sw - pw + kw * dw;
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) d[kw] = row[iw * ws]; else d[kw] = 0.0f;
-          }
-        }
-      continue;
-    }
-    for (int64_t kh = 0; kh < KH; kh++) {  /* K ordered (kh, kw, c) */
-      const int64_t ih = oh * sh - ph + kh * dh;
-      float *d = dst + kh * KW * C;
-      if (ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
-        const int64_t iw0 = ow * sw - pw;
-        if (ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: a copy of a constant size */
-          memcpy(d, x + ih * hs + iw0 * ws, KW * C * sizeof(float));
-          continue;
-        }
-        int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
-        if (ih < 0 || ih >= H || lo > KW) lo = KW;
-        hi = hi > KW ? KW : hi < lo ? lo : hi;
-        memset(d, 0, lo * C * sizeof(float));
-        if (hi > lo) memcpy(d + lo * C, x + ih * hs + (iw0 + lo) * ws, (hi - lo) * C * sizeof(float));
-        memset(d + hi * C, 0, (KW - hi) * C * sizeof(float));
-        continue;
-      }
-      for (int64_t kw = 0; kw < KW; kw++, d += C) {  /* a run of C channels per tap */
-        const int64_t iw = ow * sw - pw + kw * dw;
-        if (ih >= 0 && ih < H && iw >= 0 && iw < W) memcpy(d, x + ih * hs + iw * ws, C * sizeof(float));
-        else memset(d, 0, C * sizeof(float));
-      }
-    }
-  }
-}
-""" % {"mr": MR, "nr": NR, "nd": MIN_WINDOW_COLUMNS - 1}
 
 
 def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
@@ -251,6 +92,7 @@ class GemmLowerer(KernelLowerer):
 
         # buffers: the inputs and the outputs; the B panel and the tile are per-thread arrays
         self.inline = set(self.producers) - {lin.output}  # A is read through its pointer, never inlined
+        self.guarded = self._selected_inputs()
         self.buf = {}
         args = []
         for role, vals in (("in", self.ext), ("out", self.outputs)):
@@ -449,5 +291,19 @@ class GemmLowerer(KernelLowerer):
                 bias = body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")
                 acc = body.let("add", "float32", (acc, bias))
             return acc
-        # Every loop runs over valid rows and columns only: plain offsets, contiguous loads.
-        return body.let("load", g.types[v].dtype, (), (self.buf[v], self._flat(v, idx)))
+        # Every loop runs over valid rows and columns only: plain offsets, contiguous loads; but a
+        # select (a concat's pieces, a pad's mask) loads every branch, so those reads stay in bounds.
+        flat = self._clamped_flat(v, idx) if v in self.guarded else self._flat(v, idx)
+        return body.let("load", g.types[v].dtype, (), (self.buf[v], flat))
+
+    def _selected_inputs(self) -> set[int]:
+        """Kernel inputs read under a select (upstream of a concat or a masked view in the kernel):
+        the branch not taken still loads, at an index that may leave the input."""
+        marked, stack = set(), [u for p in self.prims if p.op is Op.CONCAT or (p.op is Op.VIEW and view_map(self.g, p).mask)
+                                for u in p.inputs]
+        while stack:
+            u = stack.pop()
+            if u not in marked:
+                marked.add(u)
+                stack.extend(self.producers[u].inputs if u in self.producers else ())
+        return {u for u in marked if u not in self.producers}

@@ -250,6 +250,24 @@ def test_gemm_matches_interpreter(name):
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
+def test_concat_pieces_are_read_in_bounds():
+    """A select loads every branch: the B panel of a 1x1 convolution whose image is a concat (a
+    decoder's fuse layer) reads each piece at the other pieces' channels too, so those loads are
+    clamped into the piece (unclamped, SegFormer's 1024-channel fuse layer read far past its
+    first piece and crashed)."""
+    rng = np.random.default_rng(9)
+    b = Builder()
+    pieces = [b.binary(Op.ADD, b.input((1, 8, 4, 5)), b.input((1, 8, 4, 5)))] + [b.input((1, 8, 4, 5)) for _ in range(3)]
+    img = b.permute(b.permute(b.concat(pieces, 1), (0, 2, 3, 1)), (0, 3, 1, 2))  # a layout pair
+    wt = b.constant(rng.standard_normal((16, 32, 1, 1)).astype(np.float32))
+    g, members, outputs = finish(b, b.conv(img, wt, None, ConvAttrs((1, 1), (0,) * 4, (1, 1), 1)))
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert "GEMM" in kernel.spec.notes[0]
+    loads = [ln for ln in kernel.source.splitlines() if "= in" in ln and "[" in ln]
+    assert loads and all("kn_min" in ln for ln in loads), loads
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
 def test_what_the_gemm_does_not_take():
     b = Builder()
     x = b.input((16, 8))
