@@ -226,6 +226,8 @@ def _window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str
         return f"convolution {name} is not a 2-D convolution"
     if p.inputs[1] not in g.constants:
         return f"the weight of convolution {name} is computed, not a constant"
+    if g.types[p.inputs[1]].size == 1:  # folded into the kernel as an immediate: no buffer to read
+        return f"the weight of convolution {name} is one element"
     found = strided_operand(g, producers, p.inputs[0], p)
     if isinstance(found, str):
         return found

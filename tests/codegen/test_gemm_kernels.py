@@ -282,6 +282,10 @@ def test_what_the_gemm_does_not_take():
     s = b.reduce(Op.SUM, y, (1,))  # a reduction of the product
     g, members, outputs = finish(b, s)
     assert "is not elementwise on its shape" in gemm.why_not(g, g.prims, outputs)
+    b = Builder()  # a one-element weight (one channel in and out) is an immediate, not a buffer to read
+    y = b.conv(b.input((1, 1, 8, 6)), b.constant(np.ones((1, 1, 1, 1), np.float32)), None, ConvAttrs((2, 2), (0,) * 4, (1, 1), 1))
+    g, members, outputs = finish(b, y)
+    assert "is a scalar" in gemm.why_not(g, g.prims, outputs)
     b = Builder()
     x = b.input((8, 16), dtype="float64")
     y = b.matmul(x, b.constant(np.ones((16, 4), np.float64)))
