@@ -35,52 +35,52 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
   }
   for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
 }
-/* tile[r*%(nr)d + n] = sum over k of a[r*lda + k] * w[n*K + k], r < mr, n < N <= %(nd)d: a convolution with
-   fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
+/* acc[n] (16 lanes) and tail[n] += the products of x[0:len] and w[n*ldw : n*ldw + len], n < N: the dot
+   products of kn_dot_rows and kn_window_dots, vectorized along k, one load of x for every output channel. */
 #if defined(__clang__)
-static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
-                        const float *restrict w, float *restrict tile) {
+static void kn_dots_add(const float *restrict x, const float *restrict w, int64_t ldw, int64_t len, int64_t N,
+                        kn_v16 *restrict acc, float *restrict tail) {
 #pragma clang fp contract(fast)
 #else
 __attribute__((optimize("fp-contract=fast")))
+static void kn_dots_add(const float *restrict x, const float *restrict w, int64_t ldw, int64_t len, int64_t N,
+                        kn_v16 *restrict acc, float *restrict tail) {
+#endif
+  int64_t k = 0;
+  for (; k + 16 <= len; k += 16) {
+    kn_v16 xv; memcpy(&xv, x + k, 64);
+    for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, w + n * ldw + k, 64); acc[n] += xv * wv; }
+  }
+  for (; k < len; k++)
+    for (int n = 0; n < N; n++) tail[n] += x[k] * w[n * ldw + k];
+}
+/* out[n] = the sums of acc[n]'s lanes and tail[n], n < N. */
+static void kn_dots_store(int64_t N, const kn_v16 *acc, const float *tail, float *out) {
+  for (int n = 0; n < N; n++) {
+    float s = tail[n];
+    for (int j = 0; j < 16; j++) s += acc[n][j];
+    out[n] = s;
+  }
+}
+/* tile[r*%(nr)d + n] = sum over k of a[r*lda + k] * w[n*K + k], r < mr, n < N <= %(nd)d: a convolution with
+   fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
 static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
                         const float *restrict w, float *restrict tile) {
-#endif
   for (int64_t r = 0; r < mr; r++) {
-    const float *x = a + r * lda;
     kn_v16 acc[%(nd)d];
     float tail[%(nd)d];
     for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-      kn_v16 xv; memcpy(&xv, x + k, 64);
-      for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, w + n * K + k, 64); acc[n] += xv * wv; }
-    }
-    for (; k < K; k++)
-      for (int n = 0; n < N; n++) tail[n] += x[k] * w[n * K + k];
-    for (int n = 0; n < N; n++) {
-      float s = tail[n];
-      for (int j = 0; j < 16; j++) s += acc[n][j];
-      tile[r * %(nr)d + n] = s;
-    }
+    kn_dots_add(a + r * lda, w, K, K, N, acc, tail);
+    kn_dots_store(N, acc, tail, tile + r * %(nr)d);
   }
 }
 /* The same dot products read in place from a channels-last image whose kernel rows are runs of KW*C floats
    (ws == C, unit dilation along w): no window is copied (for 3 output channels a copy costs more than the
    products). Arguments as kn_window_rows's, then N, the weight (N, K) and the tile. */
-#if defined(__clang__)
 static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
                            int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
                            int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
                            const float *restrict w, float *restrict tile) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
-                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
-                           const float *restrict w, float *restrict tile) {
-#endif
   const int64_t K = C * KH * KW;
   (void)cs; (void)dw;
   for (int64_t r = 0; r < rows; r++) {
@@ -92,22 +92,10 @@ static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, in
     for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
     for (int64_t kh = 0; kh < KH && hi > lo; kh++) {
       const int64_t ih = oh * sh - ph + kh * dh;
-      if (ih < 0 || ih >= H) continue;
-      const float *xr = x + ih * hs + (iw0 + lo) * ws, *wr = w + (kh * KW + lo) * C;
-      const int64_t len = (hi - lo) * C;
-      int64_t k = 0;
-      for (; k + 16 <= len; k += 16) {
-        kn_v16 xv; memcpy(&xv, xr + k, 64);
-        for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, wr + n * K + k, 64); acc[n] += xv * wv; }
-      }
-      for (; k < len; k++)
-        for (int n = 0; n < N; n++) tail[n] += xr[k] * wr[n * K + k];
+      if (ih >= 0 && ih < H)
+        kn_dots_add(x + ih * hs + (iw0 + lo) * ws, w + (kh * KW + lo) * C, K, (hi - lo) * C, N, acc, tail);
     }
-    for (int n = 0; n < N; n++) {
-      float s = tail[n];
-      for (int j = 0; j < 16; j++) s += acc[n][j];
-      tile[r * %(nr)d + n] = s;
-    }
+    kn_dots_store(N, acc, tail, tile + r * %(nr)d);
   }
 }
 /* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
