@@ -14,7 +14,7 @@ from typing import Iterable
 
 from kernorch.errors import KernorchError, VerificationError
 from kernorch.ir.graph import Graph
-from kernorch.rewrite import activations, bn_fold, cse, fold, matmul, merge, upsample, views
+from kernorch.rewrite import activations, bn_fold, compose, cse, fold, matmul, merge, upsample, views
 from kernorch.rewrite.check import mismatches
 from kernorch.rewrite.driver import RewriteOptions, Rule, run_rules
 
@@ -33,6 +33,7 @@ RULES: dict[str, Rule] = {
     "tanh_softplus": activations.tanh_softplus,
     "merge_linear": merge.merge_linear,
     "conv_before_upsample": upsample.conv_before_upsample,
+    "compose_linear": compose.compose_linear,
     "merge_linear_concat": merge.merge_linear_concat,
     "sum_to_matmul": matmul.sum_to_matmul,
     "div_past_matmul": matmul.div_past_matmul,
@@ -51,7 +52,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 CLEANUPS: frozenset[str] = frozenset({"fold", "algebra", "cse", "bn_fold"} | set(GROUPS["views"]))
 
 DEFAULT_RULES: tuple[str, ...] = ("fold", "algebra", "cse", "dce", "views", "bn_fold", "tanh_softplus", "merge_linear",
-                                  "conv_before_upsample")
+                                  "conv_before_upsample", "compose_linear")
 ALL_RULES: tuple[str, ...] = DEFAULT_RULES + ("merge_linear_concat", "sum_to_matmul", "div_past_matmul")
 
 

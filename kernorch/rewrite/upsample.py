@@ -39,7 +39,9 @@ def conv_before_upsample(p: Prim, ctx: Ctx) -> Replacement | None:
         return None
     x, w = p.inputs[:2]
     weight = ctx.const(w)
-    if weight is None or ctx.type(x).dtype not in ("float32", "float64") or ctx.uses(x) != 1:
+    if weight is None or set(weight.shape[2:]) != {1} or ctx.type(x).dtype not in ("float32", "float64"):
+        return None
+    if ctx.uses(x) != 1:
         return None
     q = ctx.producer(x)
     pieces = list(q.inputs) if q is not None and q.op is Op.CONCAT and q.attrs.axis == 1 else [x]

@@ -19,7 +19,7 @@ from kernorch.rewrite import DEFAULT_RULES, apply_rewrites
 RULE = "conv_before_upsample"
 
 
-def _model(pieces, cout=6, kernel=1, stride=1, bias=True, extra_output=False, seed=0):
+def _model(pieces, cout=6, kernel=1, stride=1, bias=True, extra_output=False, pads=None, seed=0):
     """pieces: (channels, (h, w), resize or None): resize = (mode, coordinate mode, (H, W), channel scale)."""
     rng = np.random.default_rng(seed)
     inputs, nodes, inits, cat = [], [], [], []
@@ -47,7 +47,7 @@ def _model(pieces, cout=6, kernel=1, stride=1, bias=True, extra_output=False, se
         inits.append(numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32), "b"))
         conv_inputs.append("b")
     nodes.append(helper.make_node("Conv", conv_inputs, ["y"], kernel_shape=[kernel, kernel], strides=[stride, stride],
-                                  pads=[kernel // 2] * 4))
+                                  pads=[kernel // 2 if pads is None else pads] * 4))
     nodes.append(helper.make_node("Relu", ["y"], ["out"]))
     outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)]
     if extra_output:
@@ -106,12 +106,14 @@ def test_single_upsampled_input_and_every_piece_upsampled(bias):
     assert _conv_inputs(out) == [(2, 2), (4, 4)]
 
 
-@pytest.mark.parametrize("case", ["3x3", "strided", "downsampling", "other reader", "no resize", "widening"])
+@pytest.mark.parametrize("case", ["3x3", "3x3 unpadded", "strided", "downsampling", "other reader", "no resize", "widening"])
 def test_left_alone(case):
     pieces = [(4, (4, 4), ("linear", "half_pixel", (8, 8), 1)), (3, (8, 8), None)]
     kwargs = {}
     if case == "3x3":
         kwargs["kernel"] = 3
+    elif case == "3x3 unpadded":
+        kwargs["kernel"], kwargs["pads"] = 3, 0
     elif case == "strided":
         kwargs["stride"] = 2
     elif case == "downsampling":
