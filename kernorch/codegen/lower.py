@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from kernorch.codegen import gemm, indexing
+from kernorch.codegen import gemm, indexing, transpose
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
@@ -30,7 +30,7 @@ from kernorch.ir.prims import Kind, Op
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
-TILE = 16  # tile edge for transposed reads; larger tiles thrash L1 sets with power-of-two strides
+TILE = transpose.TILE  # tile edge for transposed reads; larger tiles thrash L1 sets with power-of-two strides
 
 
 class _NoFuse(Exception):
@@ -235,6 +235,11 @@ class _Lowerer(KernelLowerer):
         (vk, nk, _), (vi, ni, _) = nest.loops[k], nest.loops[-1]
         if nk < TILE or ni < TILE:
             return None
+        copy = transpose.block_copy(inner, vk, vi)
+        if copy is not None:  # a layout conversion: whole tiles transposed in registers
+            tk, ti = self.vs.new(nk // TILE), self.vs.new(ni // TILE)
+            body = transpose.tiles(copy, vk, nk, vi, ni, tk, ti, inner, self.vs.subst)
+            return self._around(nest, k, body)
         tk, ti = self.vs.new(-(-nk // TILE)), self.vs.new(-(-ni // TILE))
         sizes = self.vs.sizes
 
@@ -245,6 +250,11 @@ class _Lowerer(KernelLowerer):
         body: tuple = (Loop(vi, *bounds(ti, ni), inner),)  # strided reads: let gcc decide on SIMD
         body = (Loop(vk, *bounds(tk, nk), body),)
         body = (Loop(tk, ix.const(0), ix.const(sizes[tk]), (Loop(ti, ix.const(0), ix.const(sizes[ti]), body),)),)
+        return self._around(nest, k, body)
+
+    @staticmethod
+    def _around(nest: _Nest, k: int, body: tuple) -> tuple:
+        """``body`` (the tiled loops k and innermost) inside the nest's other loops."""
         for var, extent, _ in reversed([lp for j, lp in enumerate(nest.loops) if j not in (k, len(nest.loops) - 1)]):
             body = (Loop(var, ix.const(0), ix.const(extent), body),)
         return body

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from kernorch.codegen import indexing, stencil
 from kernorch.codegen.scalar import WEIGHT, Body, Inliner
+from kernorch.codegen.transpose import TILE
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
@@ -222,9 +223,14 @@ def _local(g: Graph, st: Stage, P: int, inside: set[int], vs: Vars) -> bool:
 
 
 def _choose(stages: list[Stage], valid: set[int], vs: Vars, target: float) -> int:
-    def score(P: int) -> tuple[int, int, int]:
-        vec = min(_contig(st, P, vs) for st in stages)
-        return min(P, target), min(vec, VEC_TARGET), P
+    """The P with the most parallel iterations (up to ``target``), then the longest contiguous
+    inner loop. A P that keeps every thread busy and leaves each transposed read TILE elements
+    to tile comes first (NHWC -> NCHW of 128 channels split 16 x 8 was a scalar loop, 8 x 16 is
+    whole tiles)."""
+    def score(P: int) -> tuple[bool, int, int, int]:
+        contig = [_contig(st, P, vs) for st in stages]
+        tileable = all(st.tdim is None or c >= TILE for st, c in zip(stages, contig))
+        return tileable and P >= target // PAR_PER_THREAD, min(P, target), min(min(contig), VEC_TARGET), P
 
     return max(valid, key=score)
 
