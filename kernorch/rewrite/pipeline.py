@@ -2,7 +2,9 @@
 
 Defaults: the cleanups (fold, algebra, cse, dce, views, bn_fold), ``tanh_softplus`` (Mish's gate
 as one exp and a division, equal up to rounding) and ``merge_linear`` (one GEMM instead of several
-on the same input, with constant weights, never more work) are on. Korch's
+on the same input, with constant weights, never more work), ``conv_before_upsample`` (a 1x1
+convolution runs before the upsampling that feeds it) and ``compose_linear`` (two constant linear
+maps in a row are one) are on: each only fires when it saves work. Korch's
 ``sum_to_matmul`` and ``div_past_matmul`` change which prims exist and only pay off when the
 orchestrator measures them, so they are opt-in, as is ``merge_linear_concat`` (it copies computed
 weights on every run). Each is selectable by name for the benchmark ablation.
