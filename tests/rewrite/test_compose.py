@@ -5,15 +5,12 @@ between them, a bottleneck (composing would cost more), an intermediate with ano
 a reshape that does not keep the feature axis are left alone."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp
 from kernorch.ir.prims import Op
-from kernorch.rewrite import DEFAULT_RULES, apply_rewrites
+
+from .onnx_oracle import model_of, rewrite_matches_ort
 
 RULE = "compose_linear"
 H, W = 3, 5
@@ -51,26 +48,11 @@ def _model(k1, n1, n2, second="conv", bias1=True, bias2=True, between=None, resh
     outputs = ["out"] + ([y] if extra_output else [])
     graph = helper.make_graph(nodes, "compose", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, H * W, k1])],
                               [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    known = {v.name: v for v in model.graph.value_info}
-    for o in model.graph.output:
-        if o.name in known:
-            o.CopyFrom(known[o.name])
-    return model
+    return model_of(graph)
 
 
 def _check(model, fired: int):
-    g = import_onnx(model)
-    g = g[0] if isinstance(g, tuple) else g
-    out, report = apply_rewrites(g, DEFAULT_RULES)
-    assert report[RULE] == fired
-    x = np.random.default_rng(1).standard_normal([d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim])
-    x = x.astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    got = interp.run(out, [x])
-    for w, v in zip(want, out.outputs):
-        np.testing.assert_allclose(got[v], w, rtol=1e-4, atol=1e-5)
-    return [p.op for p in out.prims]
+    return [p.op for p in rewrite_matches_ort(model, RULE, fired, atol=1e-5).prims]
 
 
 @pytest.mark.parametrize("bias1,bias2", [(True, True), (False, True), (True, False), (False, False)])

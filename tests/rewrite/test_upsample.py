@@ -6,15 +6,12 @@ strided), downsampling, a resize with other readers, a channel-scaling resize an
 that widens a tiny map (the upsampling would carry more than the convolution saves) are left alone."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp
 from kernorch.ir.prims import Op
-from kernorch.rewrite import DEFAULT_RULES, apply_rewrites
+
+from .onnx_oracle import model_of, rewrite_matches_ort
 
 RULE = "conv_before_upsample"
 
@@ -53,27 +50,11 @@ def _model(pieces, cout=6, kernel=1, stride=1, bias=True, extra_output=False, pa
     if extra_output:
         outputs.append(helper.make_tensor_value_info(cat[-1], TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "up", inputs, outputs, inits)
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    known = {v.name: v for v in model.graph.value_info}
-    for o in model.graph.output:
-        if o.name in known:
-            o.CopyFrom(known[o.name])
-    return model
+    return model_of(graph)
 
 
 def _check(model, fired: int):
-    g = import_onnx(model)
-    g = g[0] if isinstance(g, tuple) else g
-    out, report = apply_rewrites(g, DEFAULT_RULES)
-    assert report[RULE] == fired
-    rng = np.random.default_rng(1)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-             for i in model.graph.input}
-    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = interp.run(out, [feeds[out.names[v]] for v in out.inputs])
-    for w, v in zip(want, out.outputs):
-        np.testing.assert_allclose(got[v], w, rtol=1e-4, atol=1e-4)
-    return out
+    return rewrite_matches_ort(model, RULE, fired)
 
 
 def _conv_inputs(g):
