@@ -61,6 +61,14 @@ def _transpose():
     return b, b.permute(x, (1, 0)), lambda t: t[0].t().contiguous()
 
 
+def _permute(shape, perm):
+    def make():
+        b = Builder()
+        x = b.input(shape)
+        return b, b.permute(x, perm), lambda t: t[0].permute(*perm).contiguous()
+    return make
+
+
 def _gelu():
     b = Builder()
     x = b.input((4 * 1024 * 1024,))
@@ -74,7 +82,11 @@ def _copy(n: int):
 
 
 CASES = {"softmax 512x1024": _softmax, "layernorm 512x768": _layernorm, "transpose 1024x1024": _transpose,
-         "gelu 4M": _gelu}
+         "gelu 4M": _gelu,
+         # layout conversions of SegFormer / CSPDarknet sizes (codegen/transpose.py)
+         "tokens 16384x256 ->T": _permute((16384, 256), (1, 0)),
+         "NHWC->NCHW 104x104x128": _permute((1, 104, 104, 128), (0, 3, 1, 2)),
+         "NCHW->NHWC 32x416x416": _permute((1, 32, 416, 416), (0, 2, 3, 1))}
 
 
 def main() -> None:
@@ -121,13 +133,13 @@ def main() -> None:
         t_copy = copy_time[nbytes // 8]
         bw = nbytes / t_gen / 1e9
         rows.append((name, t_gen * 1e6, t_eager * 1e6, t_eager / t_gen, bw, nbytes / t_copy / 1e9, t_copy / t_gen))
-    hdr = f"{'kernel':<22}{'gen us':>10}{'eager us':>10}{'speedup':>9}{'GB/s':>8}{'copy GB/s':>11}{'% copy':>8}"
+    hdr = f"{'kernel':<24}{'gen us':>10}{'eager us':>10}{'speedup':>9}{'GB/s':>8}{'copy GB/s':>11}{'% copy':>8}"
     print(f"threads={args.threads}, {args.stat} of {args.repeat} runs; GB/s = (bytes read + written) / time; "
           "copy = generated copy kernel moving the same bytes")
     print(hdr)
     print("-" * len(hdr))
     for name, tg, te, sp, bw, cbw, frac in rows:
-        print(f"{name:<22}{tg:>10.1f}{te:>10.1f}{sp:>8.2f}x{bw:>8.1f}{cbw:>11.1f}{100 * frac:>7.0f}%")
+        print(f"{name:<24}{tg:>10.1f}{te:>10.1f}{sp:>8.2f}x{bw:>8.1f}{cbw:>11.1f}{100 * frac:>7.0f}%")
 
 
 if __name__ == "__main__":
