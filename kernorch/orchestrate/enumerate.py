@@ -185,6 +185,13 @@ def convex_sets(
     return [frozenset(seg.nodes[i] for i in seg.members(s)) for s in bits]
 
 
+def count_sets(dag: Dag, nodes: Sequence[int], *, max_kernel_nodes: int, multi_output: bool,
+               max_sets: int | None = None) -> int:
+    """How many sets `enumerate_candidates` would enumerate (before the generator's checks):
+    cheap bitset work, used to share a tuning budget out by need."""
+    return len(_grow(_Segment(dag, nodes), dag, max_kernel_nodes, not multi_output, EnumerationStats(), max_sets))
+
+
 def enumerate_candidates(
     dag: Dag,
     nodes: Sequence[int],

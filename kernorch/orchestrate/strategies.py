@@ -19,7 +19,7 @@ from kernorch.orchestrate.baselines import (
 )
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.dag import Dag
-from kernorch.orchestrate.enumerate import EnumerationStats, enumerate_candidates
+from kernorch.orchestrate.enumerate import EnumerationStats, count_sets, enumerate_candidates
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.partition import Segment, partition
 from kernorch.orchestrate.plan import Plan, build_plan
@@ -104,12 +104,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
     program); concatenate the segments' kernels (segments are independent, see partition.py)."""
     segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width,
                          max_kernel_nodes=knobs.max_kernel_nodes)
-    if knobs.max_candidates is not None and segments:
-        # Identical segments (the layers of a transformer) share their candidates' keys and are
-        # priced once, so the budget is shared out over the distinct ones.
-        distinct = len({pricer.key(multi_output(dag, seg.nodes)) for seg in segments})
-        share = max(50, knobs.max_candidates // distinct)
-        knobs = dataclasses.replace(knobs, max_segment_sets=min(knobs.max_segment_sets, share))
+    seg_sets = budget_shares(dag, segments, pricer, knobs)
     baselines: list[list[frozenset[int]]] = []
     if knobs.seed_baselines:
         baselines = [_baseline_blocks(dag, s, pricer, knobs) for s in ("per-operator", "greedy")]
@@ -117,8 +112,8 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
     estats = EnumerationStats()
     t = time.perf_counter()
     work = []
-    for seg in segments:
-        cands = _segment_candidates(dag, seg, seeds, pricer, knobs, estats)
+    for seg, sets in zip(segments, seg_sets):
+        cands = _segment_candidates(dag, seg, seeds, pricer, dataclasses.replace(knobs, max_segment_sets=sets), estats)
         prices = [pricer.price(c) for c in cands]
         cands = [c for c, p in zip(cands, prices) if p is not None]
         priced = [p for p in prices if p is not None]
@@ -209,6 +204,30 @@ def _with_regions(dag: Dag, segments: Sequence[Segment], seg_kernels: Sequence[S
         costs.extend(seg_costs[s])
         s += 1
     return kernels, costs, regions
+
+
+def budget_shares(dag: Dag, segments: Sequence[Segment], pricer: Pricer, knobs: Knobs) -> list[int]:
+    """Sets each segment may enumerate: `max_segment_sets`, and under a tuning budget
+    (`max_candidates`) its water-filled share. Identical segments (the layers of a transformer)
+    share their candidates' keys and are priced once, so the budget is shared out over the
+    distinct ones; a segment that needs less than an even share leaves the rest to the others.
+    An even split starved the dense segments (a convolution with its layout views and its
+    epilogue), whose cap then lowered their size bound and dropped exactly the large kernels."""
+    cap = knobs.max_segment_sets
+    if knobs.max_candidates is None or not segments:
+        return [cap] * len(segments)
+    keys = [pricer.key(multi_output(dag, seg.nodes)) for seg in segments]
+    need: dict[object, int] = {}
+    for key, seg in zip(keys, segments):
+        if key not in need:
+            need[key] = count_sets(dag, seg.nodes, max_kernel_nodes=knobs.max_kernel_nodes,
+                                   multi_output=knobs.multi_output, max_sets=cap)
+    budget, left, share = knobs.max_candidates, len(need), {}
+    for key in sorted(need, key=need.__getitem__):
+        share[key] = min(cap, max(50, budget // left))
+        budget -= min(need[key], share[key])
+        left -= 1
+    return [share[k] for k in keys]
 
 
 def _segment_candidates(

@@ -1,5 +1,7 @@
 """Enumeration yields exactly the legal sets a brute force over all subsets finds."""
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 from orch_oracle import convex_by_paths, legal_candidates, legal_sets, profile, small_dags
@@ -82,3 +84,28 @@ def test_set_budget_lets_a_chain_beside_a_dense_part_reach_full_length():
     got = enumerate_candidates(d, d.nodes, max_kernel_nodes=10, multi_output=True, stats=stats, max_sets=budget)
     assert stats.truncated_segments == 1 and stats.sets <= budget
     assert chain in {c.nodes for c in got}
+
+def test_tuning_budget_is_water_filled_over_the_segments_by_need():
+    """A segment that needs fewer sets than an even share of the budget leaves the rest to the
+    dense ones (an even split dropped the large kernels of every convolution segment of
+    MobileNetV3). Needs come from convex_sets, the brute-force-checked enumerator."""
+    from kernorch.orchestrate.knobs import Knobs
+    from kernorch.orchestrate.partition import partition
+    from kernorch.orchestrate.pricing import Pricer
+    from kernorch.orchestrate.strategies import budget_shares
+
+    dense = random_dag(7, 30, window=6, max_preds=3)
+    preds = {i: ((i - 1,) if i else ()) for i in range(24)}
+    preds.update({24 + n: tuple(24 + p for p in dense.preds[n]) + ((23,) if n == 0 else ()) for n in dense.nodes})
+    d = make_dag(preds)
+    knobs = Knobs(max_segment_nodes=30, max_kernel_nodes=8, max_segment_sets=10_000)
+    segments = partition(d, max_segment_nodes=30, max_cut_width=4, max_kernel_nodes=8)
+    need = [len(convex_sets(d, s.nodes, max_kernel_nodes=8)) for s in segments]
+    assert len(segments) >= 2 and min(need) < max(need) // 3
+    budget = (sum(need) + len(segments) * min(need)) // 2
+    shares = budget_shares(d, segments, Pricer(lambda c: 1.0), replace(knobs, max_candidates=budget))
+    even = budget // len(segments)
+    assert sum(min(n, s) for n, s in zip(need, shares)) <= budget
+    assert all(s >= n for n, s in zip(need, shares) if n <= even)  # the sparse enumerate fully
+    assert max(shares) > even  # and what they leave goes to the dense
+    assert budget_shares(d, segments, Pricer(lambda c: 1.0), knobs) == [10_000] * len(segments)
