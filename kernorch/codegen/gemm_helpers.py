@@ -35,67 +35,63 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
   }
   for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
 }
-/* acc[n] (16 lanes) and tail[n] += the products of x[0:len] and w[n*ldw : n*ldw + len], n < N: the dot
-   products of kn_dot_rows and kn_window_dots, vectorized along k, one load of x for every output channel. */
-#if defined(__clang__)
-static void kn_dots_add(const float *restrict x, const float *restrict w, int64_t ldw, int64_t len, int64_t N,
-                        kn_v16 *restrict acc, float *restrict tail) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_dots_add(const float *restrict x, const float *restrict w, int64_t ldw, int64_t len, int64_t N,
-                        kn_v16 *restrict acc, float *restrict tail) {
-#endif
-  int64_t k = 0;
-  for (; k + 16 <= len; k += 16) {
-    kn_v16 xv; memcpy(&xv, x + k, 64);
-    for (int n = 0; n < N; n++) { kn_v16 wv; memcpy(&wv, w + n * ldw + k, 64); acc[n] += xv * wv; }
-  }
-  for (; k < len; k++)
-    for (int n = 0; n < N; n++) tail[n] += x[k] * w[n * ldw + k];
-}
-/* out[n] = the sums of acc[n]'s lanes and tail[n], n < N. */
-static void kn_dots_store(int64_t N, const kn_v16 *acc, const float *tail, float *out) {
-  for (int n = 0; n < N; n++) {
-    float s = tail[n];
-    for (int j = 0; j < 16; j++) s += acc[n][j];
-    out[n] = s;
-  }
+/* acc[j*N + n] (16 lanes) and tail[j*N + n] += the products of x[j*xs : j*xs + len] and w[n*ldw : n*ldw + len],
+   j < P pixels, n < N channels: the dot products of kn_dot_rows and kn_window_dots, vectorized along k.
+   One function per (P, N) (kn_dots[P / 2][N - 1], printed by gemm_helpers.py) so the P*N accumulators
+   live in registers; P = 2 or 4 pixels share every weight load and give the FMAs independent chains. */
+%(dots)s
+#define KN_DOTS4_N 5  /* four pixels of more channels spill their accumulators (32 vector registers) */
+/* tile[(r0 + j)*%(nr)d + n] = the sums of acc[j*N + n]'s lanes and tail[j*N + n], j < P, n < N. */
+static void kn_dots_store(int P, int64_t N, const kn_v16 *acc, const float *tail, float *tile, int64_t r0) {
+  for (int j = 0; j < P; j++)
+    for (int n = 0; n < N; n++) {
+      float s = tail[j * N + n];
+      for (int l = 0; l < 16; l++) s += acc[j * N + n][l];
+      tile[(r0 + j) * %(nr)d + n] = s;
+    }
 }
 /* tile[r*%(nr)d + n] = sum over k of a[r*lda + k] * w[n*K + k], r < mr, n < N <= %(nd)d: a convolution with
    fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
 static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
                         const float *restrict w, float *restrict tile) {
-  for (int64_t r = 0; r < mr; r++) {
-    kn_v16 acc[%(nd)d];
-    float tail[%(nd)d];
-    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
-    kn_dots_add(a + r * lda, w, K, K, N, acc, tail);
-    kn_dots_store(N, acc, tail, tile + r * %(nr)d);
+  kn_v16 acc[4 * %(nd)d];
+  float tail[4 * %(nd)d];
+  for (int64_t r = 0; r < mr; ) {
+    const int P = r + 4 <= mr && N <= KN_DOTS4_N ? 4 : r + 2 <= mr ? 2 : 1;
+    for (int i = 0; i < P * N; i++) { acc[i] = (kn_v16){0}; tail[i] = 0.0f; }
+    kn_dots[P / 2][N - 1](a + r * lda, lda, w, K, K, acc, tail);
+    kn_dots_store(P, N, acc, tail, tile, r);
+    r += P;
   }
 }
 /* The same dot products read in place from a channels-last image whose kernel rows are runs of KW*C floats
    (ws == C, unit dilation along w): no window is copied (for 3 output channels a copy costs more than the
-   products). Arguments as kn_window_rows's, then N, the weight (N, K) and the tile. */
+   products). Four pixels of one output row at a time where their windows lie inside the image along w.
+   Arguments as kn_window_rows's, then N, the weight (N, K) and the tile. */
 static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
                            int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
                            int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t N,
                            const float *restrict w, float *restrict tile) {
   const int64_t K = C * KH * KW;
   (void)cs; (void)dw;
-  for (int64_t r = 0; r < rows; r++) {
+  kn_v16 acc[4 * %(nd)d];
+  float tail[4 * %(nd)d];
+  for (int64_t r = 0; r < rows; ) {
     const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW, iw0 = ow * sw - pw;
     int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) of each kernel row lie inside */
     hi = hi > KW ? KW : hi;
-    kn_v16 acc[%(nd)d];
-    float tail[%(nd)d];
-    for (int n = 0; n < N; n++) { acc[n] = (kn_v16){0}; tail[n] = 0.0f; }
+    int P = 1;  /* pixels of this output row whose windows lie inside the image along w */
+    for (int q = N <= KN_DOTS4_N ? 4 : 2; q > 1 && P == 1; q /= 2)
+      if (r + q <= rows && ow + q <= OW && iw0 >= 0 && iw0 + (q - 1) * sw + KW <= W) P = q;
+    for (int i = 0; i < P * N; i++) { acc[i] = (kn_v16){0}; tail[i] = 0.0f; }
     for (int64_t kh = 0; kh < KH && hi > lo; kh++) {
       const int64_t ih = oh * sh - ph + kh * dh;
       if (ih >= 0 && ih < H)
-        kn_dots_add(x + ih * hs + (iw0 + lo) * ws, w + (kh * KW + lo) * C, K, (hi - lo) * C, N, acc, tail);
+        kn_dots[P / 2][N - 1](x + ih * hs + (iw0 + lo) * ws, sw * ws, w + (kh * KW + lo) * C, K, (hi - lo) * C,
+                               acc, tail);
     }
-    kn_dots_store(N, acc, tail, tile + r * %(nr)d);
+    kn_dots_store(P, N, acc, tail, tile, r);
+    r += P;
   }
 }
 /* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
@@ -151,4 +147,35 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
     }
   }
 }
-""" % {"mr": MR, "nr": NR, "nd": MIN_WINDOW_COLUMNS - 1}
+"""
+
+
+def _dots(P: int, N: int) -> str:
+    """kn_dots_P_N: the P*N dot products of kn_dots[...] written out, accumulators in locals."""
+    pairs = [(j, n) for j in range(P) for n in range(N)]
+    head = (f"static void kn_dots_{P}_{N}(const float *restrict x, int64_t xs, const float *restrict w, int64_t ldw, "
+            "int64_t len, kn_v16 *restrict acc, float *restrict tail) {")
+    lines = [f"#if defined(__clang__)\n{head}\n#pragma clang fp contract(fast)\n#else\n"
+             f"__attribute__((optimize(\"fp-contract=fast\")))\n{head}\n#endif",
+             "  " + " ".join(f"kn_v16 a{j}_{n} = acc[{j * N + n}];" for j, n in pairs),
+             "  int64_t k = 0;",
+             "  for (; k + 16 <= len; k += 16) {",
+             "    " + " ".join(f"kn_v16 x{j}; memcpy(&x{j}, x + {j} * xs + k, 64);" for j in range(P)),
+             "    " + " ".join(f"kn_v16 w{n}; memcpy(&w{n}, w + {n} * ldw + k, 64);" for n in range(N)),
+             "    " + " ".join(f"a{j}_{n} += x{j} * w{n};" for j, n in pairs),
+             "  }",
+             "  for (; k < len; k++) {",
+             "    " + " ".join(f"tail[{j * N + n}] += x[{j} * xs + k] * w[{n} * ldw + k];" for j, n in pairs),
+             "  }",
+             "  " + " ".join(f"acc[{j * N + n}] = a{j}_{n};" for j, n in pairs),
+             "}"]
+    return "\n".join(lines)
+
+
+_ND = MIN_WINDOW_COLUMNS - 1
+_PIXELS = (1, 2, 4)  # kn_dots[i]: _PIXELS[i] pixels at a time
+_DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1)) + (
+    "\nstatic void (*const kn_dots[%d][%d])(const float *restrict, int64_t, const float *restrict, int64_t, int64_t,"
+    " kn_v16 *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
+        "{" + ", ".join(f"kn_dots_{P}_{n}" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
+HELPERS = HELPERS % {"mr": MR, "nr": NR, "nd": _ND, "dots": _DOTS.replace("%", "%%")}

@@ -203,13 +203,17 @@ CASES = {
     "conv5x5_stride2_wide_pads_to_rgb": lambda: _window_conv(h=9, w=8, cin=6, cout=3, kernel=(5, 5), strides=(2, 2),
                                                              pads=(1, 6, 2, 6), residual=True),
     "conv3x3_to_two_channels_nchw": lambda: _window_conv(n=2, h=7, w=9, cin=5, cout=2, channels_last=False),
+    # rows wide enough for the 4- and 2-pixel blocks of kn_window_dots, runs with a scalar tail
+    "conv3x3_to_rgb_wide_channels_last": lambda: _window_conv(h=5, w=23, cin=7, cout=3),
+    "conv3x3_stride2_to_two_wide": lambda: _window_conv(h=6, w=29, cin=6, cout=2, strides=(2, 2)),
+    "conv3x3_to_seven_wide": lambda: _window_conv(h=4, w=21, cin=16, cout=7, act=None),
     "conv1x1_stride2_channels_last": lambda: _window_conv(h=10, w=9, cin=24, cout=36, kernel=(1, 1), strides=(2, 2),
                                                           pads=(0, 0, 0, 0), residual=True),
 }
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
-WINDOW_DOTS = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # fewer than 8 output channels
-               "conv3x3_to_two_channels_nchw"}
-IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb"}  # channels-last: no window copied
+IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # channels-last: no window copied
+            "conv3x3_to_rgb_wide_channels_last", "conv3x3_stride2_to_two_wide", "conv3x3_to_seven_wide"}
+WINDOW_DOTS = {*IN_PLACE, "conv3x3_to_two_channels_nchw"}  # fewer than 8 output channels
 WINDOWS = {"conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
            "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last", *WINDOW_DOTS}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
