@@ -283,7 +283,8 @@ def kernel_analysis(model, feeds: dict[str, np.ndarray], repeat: int, copy_bw: O
     priced = [info.seconds for info in ex.infos]
     out = dict(total_s=total, shares={c: t / total for c, t in by_class.items()}, n_memory=len(kernels),
                by_class_s=by_class, priced_s=sum(priced) if all(p is not None for p in priced) else None,
-               priced_hot_s=getattr(model.report, "priced_hot_s", None))
+               priced_hot_s=getattr(model.report, "priced_hot_s", None),
+               compile_e2e_s=(getattr(model.report, "end_to_end", None) or {}).get("plan"))
     if copy_bw and kernels:
         mem_t = sum(x["seconds"] for x in kernels) or float("nan")
         out["median_frac"] = statistics.median(x["frac"] for x in kernels)
