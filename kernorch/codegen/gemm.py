@@ -22,7 +22,9 @@ the contiguous weight and B the image's pixels, any stride. Threads split (batch
 row chunk) units; each unit packs its ``NR``-column panel of B (``bp``) unless B is a constant
 weight, read from a copy packed once in zero-padded panels (``KernelSpec.packs``, packing.py);
 then for every ``MR``-row block ``kn_gemm_tile`` (C header) sums the products into a tile and
-the epilogue loop stores every kernel output from it.
+the epilogue loop stores every kernel output from it. A product of at most 16 columns (a stem to
+16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column tiles (``kn_gemm_tile16``) and
+16-column panels instead: a 32-column tile would spend half its multiply-adds on zero padding.
 Any other 2-D convolution without groups (KxK, pads, dilations, a strided 1x1 channels-last)
 whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window),
 copied a row block at a time into ``ap`` by ``kn_window_rows``; a packed weight up to
@@ -36,7 +38,7 @@ from __future__ import annotations
 import math
 
 from kernorch.codegen import indexing
-from kernorch.codegen.gemm_helpers import MR, NR
+from kernorch.codegen.gemm_helpers import MR, MR_NARROW, NR, NR_NARROW
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, operand_batch, product_of,
                                            strided_operand, unflatten)
@@ -80,11 +82,13 @@ class GemmLowerer(KernelLowerer):
         prod = self.prod = product_of(g, self.prims)
         lin = prod.prim
         M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
-        nb, npan = math.prod(batch), -(-N // NR)
-        blocks = -(-M // MR)
+        narrow = N <= NR_NARROW and M > 1 and not (prod.window is not None and N < MIN_WINDOW_COLUMNS)
+        self.mr, self.nr = (MR_NARROW, NR_NARROW) if narrow else (MR, NR)
+        nb, npan = math.prod(batch), -(-N // self.nr)
+        blocks = -(-M // self.mr)
         units = UNITS_PER_THREAD * self.threads
         # windows copied once per row block for all panels, while the packed weight stays in cache
-        inner = prod.window is not None and npan > 1 and K * npan * NR * 4 <= PANELS_INNER_BYTES
+        inner = prod.window is not None and npan > 1 and K * npan * self.nr * 4 <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panels that units split
         chunks = min(blocks, -(-units // (nb * upan))) if nb * upan < units else 1
         per_chunk = -(-blocks // chunks)
@@ -107,30 +111,30 @@ class GemmLowerer(KernelLowerer):
         pan = ix.var(panel) if inner else ix.mod(ix.floordiv(ix.var(u), chunks, sizes), npan, sizes)
         chunk = ix.mod(ix.var(u), chunks, sizes)
         bidx = unflatten(bt, batch, sizes)
-        col0 = indexing.normalize(pan * NR, sizes)
+        col0 = indexing.normalize(pan * self.nr, sizes)
 
         # B a constant weight: read from a copy packed once in panels (no pack per unit)
         gemv = self._dot_columns(prod, bidx, col0, sizes)
         dots = prod.window is not None and N < MIN_WINDOW_COLUMNS  # a few output channels: dots per pixel
         weight = self._constant_b(prod) if gemv is None and not dots else None
         if weight is not None:
-            self.pack(weight[0], weight[1], NR)
+            self.pack(weight[0], weight[1], self.nr)
         if dots:
             self.pack(prod.b_value, prod.window.dot_perm)
 
-        cols = ix.minimum(N - col0, NR, sizes)
+        cols = ix.minimum(N - col0, self.nr, sizes)
         pack = () if gemv is not None or weight is not None or dots else self._pack_panel(prod, bidx, col0, cols, sizes)
 
         # row blocks of the chunk: the tile, then the epilogue over its valid rows and columns
         mbl = vs.new(per_chunk)
-        row0 = indexing.normalize((chunk * per_chunk + ix.var(mbl)) * MR, sizes)
+        row0 = indexing.normalize((chunk * per_chunk + ix.var(mbl)) * self.mr, sizes)
         a_base = ix.const(prod.a_offset) + row0 * prod.a_strides[-1]
         a_batch = operand_batch(bidx, (*prod.a_batch_dims, 1, 1)) if not prod.weight_rows else []
         for e, stride in zip(a_batch, prod.a_strides):
             a_base = a_base + e * stride
-        rows = ix.minimum(M - row0, MR, sizes)
-        r, c = vs.new(MR), vs.new(NR)
-        self.tile_at = indexing.normalize(ix.var(r) * NR + ix.var(c), sizes)
+        rows = ix.minimum(M - row0, self.mr, sizes)
+        r, c = vs.new(self.mr), vs.new(self.nr)
+        self.tile_at = indexing.normalize(ix.var(r) * self.nr + ix.var(c), sizes)
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
         self.col = indexing.normalize(col0 + ix.var(c), sizes)
         idx = prod.out_index(g, bidx, self.row, self.col, sizes)
@@ -157,26 +161,26 @@ class GemmLowerer(KernelLowerer):
         else:
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
-        b_at = (self.buf[weight[0]], indexing.normalize(pan * (K * NR), sizes)) if weight is not None else "bp"
+        b_at = (self.buf[weight[0]], indexing.normalize(pan * (K * self.nr), sizes)) if weight is not None else "bp"
         weight_at = (self.buf[prod.b_value], ix.const(0)) if dots else None
         tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
-                Call("kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl")))
+                Call("kn_gemm_tile16" if narrow else "kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl")))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
-        arrays = (Decl("ap", "float32", MR * K),) if fill else ()
+        arrays = (Decl("ap", "float32", self.mr * K),) if fill else ()
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
             dots = gemv(cols, a_at)
             body_unit = (Loop(mbl, ix.const(0), blocks_here, (*fill, *dots, epilogue)),)
-            arrays += (Decl("tl", "float32", MR * NR),)
+            arrays += (Decl("tl", "float32", self.mr * self.nr),)
         else:
             per_block = (Loop(panel, ix.const(0), ix.const(npan), (tile, epilogue)),) if inner else (tile, epilogue)
             body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
-            arrays += ((Decl("bp", "float32", K * NR),) if pack else ()) + (Decl("tl", "float32", MR * NR),)
+            arrays += ((Decl("bp", "float32", K * self.nr),) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         how = ("one row: a dot product per column" if gemv is not None else
-               f"a dot product per row and column, {MR} rows at a time" if dots else f"tiles of {MR} rows")
+               f"a dot product per row and column, {self.mr} rows at a time" if dots else f"tiles of {self.mr} rows")
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
                 f" (convolution: A's rows are the pixels' {'x'.join(map(str, win.kernel))} windows, "
                 f"{'read in place' if direct else 'copied per row block'})" if win else
@@ -184,7 +188,7 @@ class GemmLowerer(KernelLowerer):
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
                 " (A computed per row block)" if fill else "")
         order = ", every panel per row block" if inner else ""
-        note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {NR} columns x {chunks} row chunks{order}, "
+        note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {self.nr} columns x {chunks} row chunks{order}, "
                 f"{how}{role}")
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
@@ -192,18 +196,18 @@ class GemmLowerer(KernelLowerer):
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
 
     def _pack_panel(self, prod: Product, bidx: list, col0: ix.Expr, cols: ix.Expr, sizes) -> tuple:
-        """The unit's B panel: ``bp[k*NR + j] = B[batch, k, col0 + j]`` over the valid columns,
+        """The unit's B panel: ``bp[k*nr + j] = B[batch, k, col0 + j]`` over the valid columns,
         then zeros past N (no load leaves the value: contiguous loads, no clamps or selects)."""
         g, vs, K = self.g, self.vs, prod.K
-        k, j, jz = vs.new(K), vs.new(NR), vs.new(NR)
+        k, j, jz = vs.new(K), vs.new(self.nr), vs.new(self.nr)
         col = indexing.normalize(col0 + ix.var(j), sizes)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
-        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(j), sizes), val))
+        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * self.nr + ix.var(j), sizes), val))
         zero = f"t{next(self.names)}"
-        zeros = Loop(jz, cols, ix.const(NR), (Let(zero, "float32", "imm", (), 0.0),
-                                              Store("bp", indexing.normalize(ix.var(k) * NR + ix.var(jz), sizes), zero)),
+        zeros = Loop(jz, cols, ix.const(self.nr), (Let(zero, "float32", "imm", (), 0.0),
+                                              Store("bp", indexing.normalize(ix.var(k) * self.nr + ix.var(jz), sizes), zero)),
                      simd=True)
         if prod.pixel_rows:  # a computed weight, contiguous along k: read it in rows, scatter into the panel
             return (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
@@ -239,7 +243,7 @@ class GemmLowerer(KernelLowerer):
         g, vs = self.g, self.vs
         a = prod.prim.inputs[0]
         x = g.types[a].shape
-        r, k = vs.new(MR), vs.new(prod.K)
+        r, k = vs.new(self.mr), vs.new(prod.K)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
         row = indexing.normalize(row0 + ix.var(r), sizes)
@@ -261,7 +265,7 @@ class GemmLowerer(KernelLowerer):
         g, vs = self.g, self.vs
 
         def build(cols: ix.Expr, a_at: tuple) -> tuple:
-            c, k = vs.new(NR), vs.new(prod.K)
+            c, k = vs.new(self.nr), vs.new(prod.K)
             col = indexing.normalize(col0 + ix.var(c), sizes)
             body = Body(self.names)
             inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
@@ -307,3 +311,4 @@ class GemmLowerer(KernelLowerer):
                 marked.add(u)
                 stack.extend(self.producers[u].inputs if u in self.producers else ())
         return {u for u in marked if u not in self.producers}
+

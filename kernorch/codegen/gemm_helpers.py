@@ -5,6 +5,7 @@ convolution's windows. Kernels call them with compile-time constants, so gcc spe
 from kernorch.codegen.gemm_product import MIN_WINDOW_COLUMNS
 
 MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats (kn_gemm_tile)
+MR_NARROW, NR_NARROW = 12, 16  # the same 12 accumulators for products of at most 16 columns (kn_gemm_tile16)
 
 HELPERS = r"""#include <string.h>
 typedef float kn_v16 __attribute__((vector_size(64), aligned(4)));
@@ -35,12 +36,40 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
   }
   for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
 }
+/* The same for products of at most %(nrn)d columns (a stem to 16 channels, a 1x1 projection to 8..16):
+   tile[r][0:%(nrn)d], r < mr <= %(mrn)d, from panels of %(nrn)d columns. kn_gemm_tile would spend half of its
+   multiply-adds on the zero padding of a 32-column panel; this one spends them on twice the rows. */
+#if defined(__clang__)
+static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
+                           const float *restrict bp, float *restrict tile) {
+#pragma clang fp contract(fast)
+#else
+__attribute__((optimize("fp-contract=fast")))
+static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
+                           const float *restrict bp, float *restrict tile) {
+#endif
+  kn_v16 acc[%(mrn)d];
+  for (int r = 0; r < %(mrn)d; r++) acc[r] = (kn_v16){0};
+  if (mr == %(mrn)d) {
+    for (int64_t k = 0; k < K; k++) {
+      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
+#pragma GCC unroll %(mrn)d
+      for (int r = 0; r < %(mrn)d; r++) acc[r] += a[r * lda + k] * b0;
+    }
+  } else {
+    for (int64_t k = 0; k < K; k++) {
+      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
+      for (int r = 0; r < mr; r++) acc[r] += a[r * lda + k] * b0;
+    }
+  }
+  for (int r = 0; r < mr; r++) memcpy(tile + r * %(nrn)d, &acc[r], 64);
+}
 /* acc[j*N + n] (16 lanes) and tail[j*N + n] += the products of x[j*xs : j*xs + len] and w[n*ldw : n*ldw + len],
    j < P pixels, n < N channels: the dot products of kn_dot_rows and kn_window_dots, vectorized along k.
    One function per (P, N) (kn_dots[P / 2][N - 1], printed by gemm_helpers.py) so the P*N accumulators
    live in registers; P = 2 or 4 pixels share every weight load and give the FMAs independent chains. */
 %(dots)s
-#define KN_DOTS4_N 5  /* four pixels of more channels spill their accumulators (32 vector registers) */
+#define KN_DOTS4_N %(d4)d  /* four pixels of more channels spill their accumulators (32 vector registers) */
 /* tile[(r0 + j)*%(nr)d + n] = the sums of acc[j*N + n]'s lanes and tail[j*N + n], j < P, n < N. */
 static void kn_dots_store(int P, int64_t N, const kn_v16 *acc, const float *tail, float *tile, int64_t r0) {
   for (int j = 0; j < P; j++)
@@ -174,8 +203,15 @@ def _dots(P: int, N: int) -> str:
 
 _ND = MIN_WINDOW_COLUMNS - 1
 _PIXELS = (1, 2, 4)  # kn_dots[i]: _PIXELS[i] pixels at a time
-_DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1)) + (
+_DOTS4_N = 5  # four pixels at a time up to this many channels (KN_DOTS4_N): more would spill
+
+
+def _made(P: int, N: int) -> bool:
+    return P < 4 or N <= _DOTS4_N
+
+
+_DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1) if _made(P, N)) + (
     "\nstatic void (*const kn_dots[%d][%d])(const float *restrict, int64_t, const float *restrict, int64_t, int64_t,"
     " kn_v16 *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
-        "{" + ", ".join(f"kn_dots_{P}_{n}" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
-HELPERS = HELPERS % {"mr": MR, "nr": NR, "nd": _ND, "dots": _DOTS.replace("%", "%%")}
+        "{" + ", ".join(f"kn_dots_{P}_{n}" if _made(P, n) else "0" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
+HELPERS = HELPERS % {"mr": MR, "nr": NR, "mrn": MR_NARROW, "nrn": NR_NARROW, "nd": _ND, "d4": _DOTS4_N, "dots": _DOTS.replace("%", "%%")}

@@ -209,6 +209,10 @@ CASES = {
     "conv3x3_to_seven_wide": lambda: _window_conv(h=4, w=21, cin=16, cout=7, act=None),
     "conv1x1_stride2_channels_last": lambda: _window_conv(h=10, w=9, cin=24, cout=36, kernel=(1, 1), strides=(2, 2),
                                                           pads=(0, 0, 0, 0), residual=True),
+    # at most 16 columns: 12-row x 16-column tiles (kn_gemm_tile16), row counts that leave a partial block
+    "narrow_dense": lambda: _dense(m=29, k=40, n=16, act=Op.RELU),
+    "conv1x1_channels_last_to_twelve": lambda: _channels_last_conv(h=5, w=7, cin=24, cout=12),
+    "conv1x1_fifteen_pixels": lambda: _pointwise_conv(shape=(1, 24, 3, 5), cout=40, add="residual"),
 }
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
 IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # channels-last: no window copied
@@ -218,6 +222,8 @@ WINDOWS = {"conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_
            "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last", *WINDOW_DOTS}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
+NARROW = {"narrow_dense", "conv1x1_channels_last_to_twelve", "conv1x1_fifteen_pixels", "conv3x3_stride2_stem",
+          "conv3x3_channels_last_wide_pads"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
                   "one_row_transposed_weight", "conv1x1_computed_one_pixel", "matmul_computed_one_row"}
 
@@ -225,9 +231,9 @@ DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1
 PANEL_PACKED = {"bias_tanh", "no_epilogue", "transposed_weight", "residual_scaled", "exact_tiles", "one_row",
                 "batched_rows", "long_k", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
                 "conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
-                "matmul_computed_a", *(WINDOWS - WINDOW_DOTS)}
+                "matmul_computed_a", "narrow_dense", "conv1x1_channels_last_to_twelve", *(WINDOWS - WINDOW_DOTS)}
 
-PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
+PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_to_twelve", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE, *WINDOWS}
 
 
@@ -249,8 +255,9 @@ def test_gemm_matches_interpreter(name):
     one_panel = {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", *WINDOW_DOTS}
     assert ("every panel per row block" in notes) == (name in WINDOWS - one_panel)
     assert ("a dot product per row and column" in notes) == (name in WINDOW_DOTS)
-    # a constant weight read by the tile comes from a copy packed once in 32-column panels
-    assert ("in panels of 32 columns" in notes) == (name in PANEL_PACKED)
+    assert ("tiles of 12 rows" in notes) == (name in NARROW)
+    # a constant weight read by the tile comes from a copy packed once in 32-column (16: narrow) panels
+    assert (f"in panels of {16 if name in NARROW else 32} columns" in notes) == (name in PANEL_PACKED)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
 
