@@ -103,9 +103,9 @@ class Executable:
         self.constants = {v: to_tensor(a) for v, a in constants.items()}
         external = set(self.constants) | set(sig.graph.inputs)
         steps = [Step(tuple(k.inputs), tuple(k.outputs)) for k in self.kernels]
-        numel = {v: (math.prod(s), d) for v, (s, d) in types.items()}
+        nbytes = {v: math.prod(s) * TORCH_DTYPES[d].itemsize for v, (s, d) in types.items()}
         self.fresh = fresh_values(self.kernels) - external if self.adopts_fresh else set()
-        self.memory: MemoryPlan = plan_memory(steps, numel, external, set(sig.graph.outputs) | self.fresh)
+        self.memory: MemoryPlan = plan_memory(steps, nbytes, external, set(sig.graph.outputs) | self.fresh)
         self._views: list[dict[int, torch.Tensor]] | None = None
         self._prog: list | None = None
         self._call_plans: dict[bool, CallPlan] = {}
@@ -113,9 +113,15 @@ class Executable:
 
     def _arena(self) -> list[dict[int, torch.Tensor]]:
         if self._views is None:
-            slots = [torch.empty(n, dtype=TORCH_DTYPES[d], device=self.device) for n, d in self.memory.slots]
-            self._views = [{v: slots[s].view(self.types[v][0]) for v, s in m.items()} for m in self.memory.slot_of]
+            slots = [torch.empty(-(-n // 64) * 64, dtype=torch.uint8, device=self.device) for n in self.memory.slots]
+            self._views = [{v: self._slot_view(slots[s], v) for v, s in m.items()} for m in self.memory.slot_of]
         return self._views
+
+    def _slot_view(self, slot: torch.Tensor, v: int) -> torch.Tensor:
+        """Value ``v`` in the first bytes of its slot (slots hold values of any size and dtype)."""
+        shape, dtype = self.types[v]
+        t = TORCH_DTYPES[dtype]
+        return slot[:math.prod(shape) * t.itemsize].view(t).view(shape)
 
     def _program(self) -> list[tuple[RuntimeKernel, list, list[tuple[int, int]], list, list[tuple[int, int]]]]:
         """Per kernel: its input and output tensors where they are fixed (arena slots,

@@ -16,7 +16,7 @@ def programs(draw):
             outs.append(draw(st.sampled_from(produced)))  # a duplicated kernel re-writes a value
         steps.append(Step(tuple(ins), tuple(outs)))
         produced.append(100 + i)
-    types = {v: (draw(st.sampled_from([4, 8])), "float32") for v in produced}
+    types = {v: draw(st.sampled_from([4, 8, 12, 400])) for v in produced}  # bytes
     outputs = set(draw(st.lists(st.sampled_from(produced), min_size=1, max_size=2)))
     return steps, types, outputs
 
@@ -38,7 +38,7 @@ def test_slots_never_clobber_live_values(prog):
             if v in outputs:
                 continue
             slot = m[v]
-            assert plan.slots[slot] == types[v]
+            assert plan.slots[slot] >= types[v]
             holds[slot] = v
             written.add(v)
     assert plan.nslots <= len(written)

@@ -3,7 +3,7 @@ nobody reads is scratch, its slot reused at once; the plan names the graph outpu
 
 from kernorch.runtime.memory import Step, plan_memory
 
-TYPES = {v: (8, "float32") for v in (1, 2, 3)}
+TYPES = {v: 8 for v in (1, 2, 3)}  # bytes
 
 
 def test_a_value_nobody_reads_is_scratch_and_its_slot_is_reused():
@@ -18,3 +18,14 @@ def test_the_plan_names_the_graph_outputs():
     plan = plan_memory(steps, TYPES, external=set(), outputs={2, 3})
     assert plan.output_values == frozenset({2, 3})
     assert 2 not in plan.slot_of[1] and 3 not in plan.slot_of[2]
+
+
+def test_slots_are_bytes_reused_across_sizes():
+    """A chain of values of different sizes needs two slots (what a step reads and what it
+    writes), each as large as the largest value it held: dead bytes are reused whatever the size."""
+    sizes = {1: 100, 2: 8, 3: 200, 4: 50, 5: 4}
+    steps = [Step((), (1,)), Step((1,), (2,)), Step((2,), (3,)), Step((3,), (4,)), Step((4,), (5,))]
+    plan = plan_memory(steps, sizes, external=set(), outputs={5})
+    assert plan.nslots == 2
+    assert sorted(plan.slots) == [50, 200]  # 1 then 3 in one slot (grown to 200), 2 then 4 in the other (to 50)
+    assert plan.slot_of[1][2] == plan.slot_of[3][4] != plan.slot_of[2][3]
