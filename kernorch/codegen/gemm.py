@@ -50,6 +50,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
 
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
+PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch); off: an A/B switch
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
 
 
@@ -166,7 +167,8 @@ class GemmLowerer(KernelLowerer):
         tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
-                Call("kn_gemm_tile16" if narrow else "kn_gemm_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl")))
+                Call("kn_gemm_tile16" if narrow else "kn_gemm_tile",
+                     (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         arrays = (Decl("ap", "float32", self.mr * K),) if fill else ()
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
@@ -194,6 +196,17 @@ class GemmLowerer(KernelLowerer):
         return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+
+    def _prefetch(self, weight, inner: bool, pan: ix.Expr, npan: int, mbl: int, K: int) -> ix.Expr:
+        """Floats past the tile's panel to prefetch while its first row block runs: the next panel
+        of a constant weight packed once (the unit after this one reads it; a large weight comes
+        from memory, and the first row block would otherwise wait for every line), else 0."""
+        if weight is None or inner or npan == 1 or not PREFETCH:
+            return ix.const(0)
+        sizes = self.vs.sizes
+        has_next = ix.minimum(npan - 1 - pan, 1, sizes)  # 1 unless this is the last panel
+        first_block = 1 - ix.minimum(ix.var(mbl), 1, sizes)  # 1 in the unit's first row block
+        return indexing.normalize(ix.minimum(has_next, first_block, sizes) * (K * self.nr), sizes)
 
     def _pack_panel(self, prod: Product, bidx: list, col0: ix.Expr, cols: ix.Expr, sizes) -> tuple:
         """The unit's B panel: ``bp[k*nr + j] = B[batch, k, col0 + j]`` over the valid columns,

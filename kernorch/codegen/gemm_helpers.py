@@ -10,19 +10,28 @@ MR_NARROW, NR_NARROW = 12, 16  # the same 12 accumulators for products of at mos
 HELPERS = r"""#include <string.h>
 typedef float kn_v16 __attribute__((vector_size(64), aligned(4)));
 /* tile[r][0:%(nr)d] = sum over k of a[r*lda + k] * bp[k*%(nr)d + 0:%(nr)d], r < mr <= %(mr)d: the register
-   block of the generated GEMMs (codegen/gemm.py). Multiply-adds contract to FMAs here only. */
+   block of the generated GEMMs (codegen/gemm.py). Multiply-adds contract to FMAs here only.
+   pf != 0: also prefetch the panel pf floats past bp (the next panel of a weight streamed from
+   memory) while this tile's multiply-adds run, so loading it overlaps computing this one. */
 #if defined(__clang__)
 static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile) {
+                         const float *restrict bp, float *restrict tile, int64_t pf) {
 #pragma clang fp contract(fast)
 #else
 __attribute__((optimize("fp-contract=fast")))
 static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile) {
+                         const float *restrict bp, float *restrict tile, int64_t pf) {
 #endif
   kn_v16 acc[%(mr)d][2];
   for (int r = 0; r < %(mr)d; r++) { acc[r][0] = (kn_v16){0}; acc[r][1] = (kn_v16){0}; }
-  if (mr == %(mr)d) {
+  if (mr == %(mr)d && pf) {
+    for (int64_t k = 0; k < K; k++) {
+      __builtin_prefetch(bp + pf + k * %(nr)d, 0, 2); __builtin_prefetch(bp + pf + k * %(nr)d + 16, 0, 2);
+      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
+#pragma GCC unroll %(mr)d
+      for (int r = 0; r < %(mr)d; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
+    }
+  } else if (mr == %(mr)d) {
     for (int64_t k = 0; k < K; k++) {
       kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
 #pragma GCC unroll %(mr)d
@@ -41,16 +50,23 @@ static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t
    multiply-adds on the zero padding of a 32-column panel; this one spends them on twice the rows. */
 #if defined(__clang__)
 static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                           const float *restrict bp, float *restrict tile) {
+                           const float *restrict bp, float *restrict tile, int64_t pf) {
 #pragma clang fp contract(fast)
 #else
 __attribute__((optimize("fp-contract=fast")))
 static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                           const float *restrict bp, float *restrict tile) {
+                           const float *restrict bp, float *restrict tile, int64_t pf) {
 #endif
   kn_v16 acc[%(mrn)d];
   for (int r = 0; r < %(mrn)d; r++) acc[r] = (kn_v16){0};
-  if (mr == %(mrn)d) {
+  if (mr == %(mrn)d && pf) {
+    for (int64_t k = 0; k < K; k++) {
+      __builtin_prefetch(bp + pf + k * %(nrn)d, 0, 2);
+      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
+#pragma GCC unroll %(mrn)d
+      for (int r = 0; r < %(mrn)d; r++) acc[r] += a[r * lda + k] * b0;
+    }
+  } else if (mr == %(mrn)d) {
     for (int64_t k = 0; k < K; k++) {
       kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
 #pragma GCC unroll %(mrn)d

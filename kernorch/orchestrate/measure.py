@@ -31,7 +31,8 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
-# c13: products of at most 16 columns use 12x16 tiles (kn_gemm_tile16);
+# c14: a GEMM tile prefetches the next panel of a packed weight; c13: products of at most 16 columns use 12x16
+# tiles (kn_gemm_tile16);
 # c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);
 # c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
 # c10: KxK (and strided 1x1) convolutions are generated GEMMs too, each pixel's window of the image a row of A;
@@ -41,7 +42,7 @@ from kernorch.providers.select import reason_or_none
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c13"
+CODEGEN_VERSION = "c14"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.

@@ -11,8 +11,9 @@ from cg_util import THREADS, check, finish
 from kernorch import codegen
 from kernorch.codegen import gemm
 from kernorch.codegen.feasible import kernel_kind
+from kernorch.codegen.kernel import Call
 from kernorch.codegen.triton import why_not_triton
-from kernorch.ir import layout
+from kernorch.ir import index as ix, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Kind, Op
 
@@ -310,3 +311,22 @@ def test_what_the_gemm_does_not_take():
 def test_triton_never_takes_a_matmul():
     g, members, outputs = _dense(act=None)
     assert kernel_kind(g, members, outputs, why_not_triton, "Triton") is Kind.LINEAR
+
+
+def _tile_calls(stmts):
+    for s in stmts:
+        if isinstance(s, Call) and s.fn.startswith("kn_gemm_tile"):
+            yield s
+        yield from _tile_calls(getattr(s, "body", ()))
+
+
+@pytest.mark.parametrize("name, prefetches", [("exact_tiles", True), ("transposed_weight", True),
+                                              ("conv3x3_stride2_stem", False), ("batched_activations", False)])
+def test_tiles_prefetch_the_next_panel_of_a_packed_weight(name, prefetches):
+    """A constant weight packed in several panels: each unit's first tile prefetches the next
+    panel (a non-constant offset); one panel, or B packed per unit: nothing to prefetch (0)."""
+    g, members, outputs = CASES[name]()
+    spec = codegen.lower(g, members, outputs, num_threads=THREADS)
+    (call,) = set(_tile_calls(spec.body))
+    pf = call.args[-1]
+    assert (pf != ix.const(0)) == prefetches
