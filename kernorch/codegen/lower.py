@@ -21,6 +21,7 @@ from kernorch.codegen import gemm, indexing, transpose
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.codegen.reduce_order import permuted_reduces
 from kernorch.codegen.lower_base import KernelLowerer, accumulator_dtype, identity
 from kernorch.codegen.schedule import Stage, interchange, make_schedule, transposed_dim, work
 from kernorch.codegen.scalar import Body, Inliner
@@ -69,6 +70,7 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     threads = num_threads or default_threads()
     if gemm.why_not(g, kernel_prims(g, members), outputs) is None:
         return gemm.GemmLowerer(g, members, list(outputs), threads).run(name)
+    g, members = permuted_reduces(g, members, outputs)
     return _Lowerer(g, members, list(outputs), threads).run(name)
 
 
