@@ -31,7 +31,8 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
-# c14: a GEMM tile prefetches the next panel of a packed weight, a reduce read through a permutation is
+# c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
+# staging tile, a reduce read through a permutation is
 # computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
 # tiles (kn_gemm_tile16);
 # c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);

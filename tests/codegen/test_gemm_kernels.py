@@ -214,12 +214,14 @@ CASES = {
     "narrow_dense": lambda: _dense(m=29, k=40, n=16, act=Op.RELU),
     "conv1x1_channels_last_to_twelve": lambda: _channels_last_conv(h=5, w=7, cin=24, cout=12),
     "conv1x1_fifteen_pixels": lambda: _pointwise_conv(shape=(1, 24, 3, 5), cout=40, add="residual"),
+    # an NCHW output whose channels lie 2 KiB apart (32x16 pixels): stored through a staging tile
+    "conv3x3_nchw_staged_store": lambda: _window_conv(h=32, w=16, cin=4, cout=20, channels_last=False),
 }
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
 IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # channels-last: no window copied
             "conv3x3_to_rgb_wide_channels_last", "conv3x3_stride2_to_two_wide", "conv3x3_to_seven_wide"}
 WINDOW_DOTS = {*IN_PLACE, "conv3x3_to_two_channels_nchw"}  # fewer than 8 output channels
-WINDOWS = {"conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
+WINDOWS = {"conv3x3_nchw_staged_store", "conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
            "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last", *WINDOW_DOTS}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
@@ -253,10 +255,11 @@ def test_gemm_matches_interpreter(name):
     assert ("windows, copied per row block" in notes) == (name in WINDOWS - IN_PLACE)
     assert ("windows, read in place" in notes) == (name in IN_PLACE)
     # windows copied once for every 32-column panel (more than one) of a weight that stays in cache
-    one_panel = {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", *WINDOW_DOTS}
+    one_panel = {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", "conv3x3_nchw_staged_store", *WINDOW_DOTS}
     assert ("every panel per row block" in notes) == (name in WINDOWS - one_panel)
     assert ("a dot product per row and column" in notes) == (name in WINDOW_DOTS)
     assert ("tiles of 12 rows" in notes) == (name in NARROW)
+    assert ("staging tile" in notes) == (name == "conv3x3_nchw_staged_store")
     # a constant weight read by the tile comes from a copy packed once in 32-column (16: narrow) panels
     assert (f"in panels of {16 if name in NARROW else 32} columns" in notes) == (name in PANEL_PACKED)
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
