@@ -16,12 +16,15 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "codegen"))
 
 from cg_util import gelu_erf, layer_norm, softmax  # noqa: E402
 from kernorch import codegen  # noqa: E402
+from kernorch.ir import layout  # noqa: E402
 from kernorch.ir.graph import Builder  # noqa: E402
+from kernorch.ir.prims import ConvAttrs, Op  # noqa: E402
 
 
 STAT = statistics.median
@@ -75,6 +78,40 @@ def _gelu():
     return b, gelu_erf(b, x), lambda t: torch.nn.functional.gelu(t[0])
 
 
+def _max_pool_nhwc():
+    """3x3/2 max pool between channels-last tensors (codegen/reduce_order.py)."""
+    b = Builder()
+    x = b.permute(b.input((1, 112, 112, 64)), (0, 3, 1, 2))
+    m = layout.window((1, 64, 112, 112), (3, 3), (2, 2), (1, 1), (1, 1), (56, 56), -np.inf)
+    y = b.permute(b.reduce(Op.RMAX, b.view(x, m), [4, 5], keepdims=False), (0, 2, 3, 1))
+
+    def eager(t):
+        return F.max_pool2d(t[0].permute(0, 3, 1, 2), 3, 2, 1).permute(0, 2, 3, 1).contiguous()
+
+    return b, y, eager
+
+
+def _conv(cin, cout, size, k, stride, out_nhwc):
+    """A convolution from a channels-last image (a generated GEMM): narrow tiles for <= 16
+    output channels, NCHW outputs of 224x224 maps through a staging tile."""
+    def make():
+        rng = np.random.default_rng(0)
+        b = Builder()
+        x = b.permute(b.input((1, size, size, cin)), (0, 3, 1, 2))
+        w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+        p = k // 2
+        y = b.conv(x, b.constant(w), None, ConvAttrs((stride, stride), (p,) * 4, (1, 1), 1))
+        y = b.permute(y, (0, 2, 3, 1)) if out_nhwc else y
+        wt = torch.from_numpy(w)
+
+        def eager(t):
+            r = F.conv2d(t[0].permute(0, 3, 1, 2), wt, None, stride, p)
+            return r.permute(0, 2, 3, 1).contiguous() if out_nhwc else r.contiguous()
+
+        return b, y, eager
+    return make
+
+
 def _copy(n: int):
     b = Builder()
     x = b.input((n,))
@@ -86,7 +123,12 @@ CASES = {"softmax 512x1024": _softmax, "layernorm 512x768": _layernorm, "transpo
          # layout conversions of SegFormer / CSPDarknet sizes (codegen/transpose.py)
          "tokens 16384x256 ->T": _permute((16384, 256), (1, 0)),
          "NHWC->NCHW 104x104x128": _permute((1, 104, 104, 128), (0, 3, 1, 2)),
-         "NCHW->NHWC 32x416x416": _permute((1, 32, 416, 416), (0, 2, 3, 1))}
+         "NCHW->NHWC 32x416x416": _permute((1, 32, 416, 416), (0, 2, 3, 1)),
+         # generated GEMMs and pools (eager: PyTorch on the same channels-last input)
+         "maxpool 3x3/2 NHWC 64x112": _max_pool_nhwc,
+         "conv 3->16 3x3/2 224 NHWC": _conv(3, 16, 224, 3, 2, True),
+         "conv 64->16 1x1 56 NHWC": _conv(64, 16, 56, 1, 1, True),
+         "conv 3->32 9x9 224 ->NCHW": _conv(3, 32, 224, 9, 1, False)}
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kernorch.codegen.feasible import kernel_prims
 from kernorch.ir import layout
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.layout import IndexMap
@@ -23,7 +24,7 @@ def permuted_reduces(g: Graph, members: set[int], outputs: Sequence[int]) -> tup
     """(graph, members) with every such reduce and its permutation replaced by a permutation of
     the reduce's operand and a reduce over its trailing dims, writing the permutation's value;
     ``(g, members)`` unchanged when the kernel has none."""
-    inside = {p.output: p for p in g.prims if p.output in members}
+    inside = {p.output: p for p in kernel_prims(g, members)}
     readers: dict[int, list[Prim]] = {}
     for p in inside.values():
         for v in p.inputs:
