@@ -29,7 +29,14 @@ def is_layout_pair_target(g: Graph, p: Prim) -> bool:
 
 def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     """A copy of ``g`` with NHWC view pairs on both sides of every 2-D convolution, and the
-    number of pairs inserted. Graph inputs, outputs and names are kept."""
+    number of activations paired. Graph inputs, outputs and names are kept.
+
+    A paired value gets one NHWC view, right after its producer, and every reader (not only the
+    convolution) reads a view back of its own, placed just before it. So a residual add may read
+    the same channels-last memory as the block's first convolution, and a segment cut between
+    the two (partition.py) is crossed by the NHWC view or the plain value, never by a view back
+    that would force NCHW memory on every reader. Each view takes its reader's operator as its
+    origin, so the cut avoids splitting an operator between a view and its reader."""
     out = Graph()
     out.types = dict(g.types)
     out.inputs = list(g.inputs)
@@ -37,25 +44,24 @@ def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     out.constants = dict(g.constants)
     out.names = dict(g.names)
     b = Builder(out)
-    rename: dict[ValueId, ValueId] = {}
-    paired: dict[ValueId, ValueId] = {}  # activation -> its permuted-back twin (one pair per value)
-    count = 0
+    targets = {p.output for p in g.prims if is_layout_pair_target(g, p)}
+    targets |= {p.inputs[0] for p in g.prims
+                if is_layout_pair_target(g, p) and p.inputs[0] not in g.constants}
+    nhwc: dict[ValueId, ValueId] = {}  # paired activation -> its channels-last view
 
-    def pair(v: ValueId, origin: str) -> ValueId:
-        nonlocal count
-        if v not in paired:
-            b.origin = origin
-            shape = out.types[v].shape
-            nhwc = b.view(v, layout.permute(shape, TO_NHWC))
-            paired[v] = b.view(nhwc, layout.permute(out.types[nhwc].shape, TO_NCHW))
-            count += 1
-        return paired[v]
+    def to_nhwc(v: ValueId, origin: str) -> None:
+        b.origin = origin
+        nhwc[v] = b.view(v, layout.permute(out.types[v].shape, TO_NHWC))
 
+    for v in g.inputs:
+        if v in targets:
+            to_nhwc(v, next(p.origin for p in g.prims if v in p.inputs))
     for p in g.prims:
-        ins = tuple(rename.get(v, v) for v in p.inputs)
-        if is_layout_pair_target(g, p) and ins[0] not in g.constants:
-            ins = (pair(ins[0], p.origin),) + ins[1:]
+        b.origin = p.origin
+        back = {v: b.view(nhwc[v], layout.permute(out.types[nhwc[v]].shape, TO_NCHW))
+                for v in dict.fromkeys(p.inputs) if v in nhwc}
+        ins = tuple(back.get(v, v) for v in p.inputs)
         out.prims.append(Prim(p.op, ins, p.output, p.attrs, p.origin))
-        if is_layout_pair_target(g, p):
-            rename[p.output] = pair(p.output, p.origin)
-    return out, count
+        if p.output in targets:
+            to_nhwc(p.output, p.origin)
+    return out, len(nhwc)

@@ -49,6 +49,21 @@ def test_conv_result_feeding_a_conv_is_paired_once():
     assert chain.op is Op.VIEW  # conv 2 reads the permuted-back twin of relu's output
 
 
+def test_every_reader_of_a_paired_value_reads_its_twin():
+    """The residual add reads relu's output through the same NHWC view as conv 2, so one
+    kernel writing channels-last memory can serve both."""
+    g = _two_convs()
+    paired, _ = channels_last_pairs(g)
+    conv2 = [p for p in paired.prims if p.op is Op.CONV][1]
+    add = next(p for p in paired.prims if p.op is Op.ADD)
+    producers = paired.producers()
+    back_for_add, back_for_conv = producers[add.inputs[1]], producers[conv2.inputs[0]]
+    assert back_for_add.op is back_for_conv.op is Op.VIEW
+    assert back_for_add.output != back_for_conv.output  # each reader has its own view back ...
+    assert back_for_add.inputs == back_for_conv.inputs  # ... of one shared NHWC view
+    assert paired.outputs[1] == g.outputs[1]  # the graph output stays the plain value
+
+
 class _Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
