@@ -35,8 +35,9 @@ def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     convolution) reads a view back of its own, placed just before it. So a residual add may read
     the same channels-last memory as the block's first convolution, and a segment cut between
     the two (partition.py) is crossed by the NHWC view or the plain value, never by a view back
-    that would force NCHW memory on every reader. Each view takes its reader's operator as its
-    origin, so the cut avoids splitting an operator between a view and its reader."""
+    that would force NCHW memory on every reader. The NHWC view takes its producer's operator as
+    origin and each view back its reader's, so the cut, which avoids splitting an operator,
+    falls between the two views."""
     out = Graph()
     out.types = dict(g.types)
     out.inputs = list(g.inputs)
