@@ -11,7 +11,9 @@ import kernorch
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
+from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
+from kernorch.orchestrate.partition import partition
 from kernorch.rewrite.layouts import channels_last_pairs
 
 
@@ -49,7 +51,7 @@ def test_conv_result_feeding_a_conv_is_paired_once():
     assert chain.op is Op.VIEW  # conv 2 reads the permuted-back twin of relu's output
 
 
-def test_every_reader_of_a_paired_value_reads_its_twin():
+def test_every_reader_of_a_paired_value_has_its_own_view_back():
     """The residual add reads relu's output through the same NHWC view as conv 2, so one
     kernel writing channels-last memory can serve both."""
     g = _two_convs()
@@ -62,6 +64,33 @@ def test_every_reader_of_a_paired_value_reads_its_twin():
     assert back_for_add.output != back_for_conv.output  # each reader has its own view back ...
     assert back_for_add.inputs == back_for_conv.inputs  # ... of one shared NHWC view
     assert paired.outputs[1] == g.outputs[1]  # the graph output stays the plain value
+
+
+def _residual_blocks(blocks: int):
+    """s -> relu(conv(relu(conv(s))) + s), repeated: the stream is the only value live between
+    blocks."""
+    rng = np.random.default_rng(0)
+    b = Builder()
+    s = b.input((1, 8, 6, 6))
+    same = ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1)
+    for _ in range(blocks):
+        w1, w2 = (b.constant(rng.standard_normal((8, 8, 3, 3)).astype(np.float32)) for _ in range(2))
+        t = b.unary(Op.RELU, b.conv(s, w1, None, same))
+        s = b.unary(Op.RELU, b.binary(Op.ADD, b.conv(t, w2, None, same), s))
+    b.g.outputs = [s]
+    return b.g
+
+
+def test_cuts_between_blocks_fall_on_the_nhwc_view():
+    """Segment cuts force their crossing values into memory; crossing on the NHWC view leaves
+    every reader in the next segment free to read channels-last or convert."""
+    paired, _ = channels_last_pairs(_residual_blocks(6))
+    segments = partition(dag_from_graph(paired), max_segment_nodes=24, max_cut_width=4, max_kernel_nodes=12)
+    crossing = [v for seg in segments for v in seg.cut_values]
+    assert len(segments) > 2 and crossing
+    producers = paired.producers()
+    for v in crossing:
+        assert producers[v].op is Op.VIEW and paired.types[v].shape == (1, 6, 6, 8), producers[v]
 
 
 class _Net(torch.nn.Module):
