@@ -1,5 +1,6 @@
-"""Activation layout as a plan choice: around every 2-D convolution, an identity pair of views
-``x -> permute to NHWC -> permute back -> conv -> y -> permute to NHWC -> permute back``.
+"""Activation layout as a plan choice: around every 2-D convolution, identity pairs of views
+``x -> permute to NHWC -> permute back -> conv -> y -> permute to NHWC -> permute back``; a
+paired value has one NHWC view and each of its readers its own view back.
 
 The pair computes nothing, but it gives the orchestrator a value in channels-last order on each
 side of the convolution. A kernel that ends at the NHWC value writes channels-last memory (a

@@ -48,7 +48,7 @@ def test_conv_result_feeding_a_conv_is_paired_once():
     paired, _ = channels_last_pairs(g)
     conv2 = [p for p in paired.prims if p.op is Op.CONV][1]
     chain = paired.producers()[conv2.inputs[0]]
-    assert chain.op is Op.VIEW  # conv 2 reads the permuted-back twin of relu's output
+    assert chain.op is Op.VIEW  # conv 2 reads a view back of relu's output
 
 
 def test_every_reader_of_a_paired_value_has_its_own_view_back():
