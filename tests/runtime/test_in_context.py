@@ -160,3 +160,26 @@ def test_measured_compile_prices_its_plan_in_context(tmp_path):
     alone = kernorch.compile(EXAMPLE, knobs=Knobs(context_rounds=0), **kw)
     assert alone.report.context_rounds == [] and alone.report.priced_hot_s is None
     assert "prices in context" in model.summary() and "prices in context" not in alone.summary()
+
+
+class _Disturbed:
+    """An executable that runs slow when another one ran just before it (a thread pool woken up,
+    cores stolen by the previous runtime's spinning threads), fast after a call of its own."""
+
+    last = None
+
+    def __init__(self, fast_s: float, slow_s: float) -> None:
+        self.fast_s, self.slow_s = fast_s, slow_s
+
+    def run(self, feeds):
+        time.sleep(self.fast_s if _Disturbed.last is self else self.slow_s)
+        _Disturbed.last = self
+
+
+def test_a_race_times_each_executable_after_calls_of_its_own():
+    # steady state: "pool" 1 ms, "steady" 2 ms; "pool" pays 4 ms when called right after another
+    runs = {"pool": _Disturbed(1e-3, 4e-3), "steady": _Disturbed(2e-3, 2e-3)}
+    alternated = in_context.race(runs, {}, rounds=3, min_seconds=0.0)
+    led_in = in_context.race(runs, {}, rounds=3, min_seconds=0.0, lead_s=0.01)
+    assert alternated["pool"] > alternated["steady"]  # the disturbance, not the runtime, timed
+    assert led_in["pool"] < 1.5e-3 < 1.9e-3 < led_in["steady"]
