@@ -109,10 +109,13 @@ def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float
 # Note [a race needs a lead-in]
 # Runtimes called in turn disturb each other: onnxruntime's and OpenVINO's threads spin for ~90 ms
 # after a call, stealing the cores of whatever runs next, and a pool that slept wakes up slowly.
-# Timing each runtime's first call after another's measured that disturbance, not the runtime: the
-# compile's race picked a whole-graph onnxruntime region on EfficientViT and ViT that ran 1.3x
-# slower than kernorch's own plan in the bench (which leads every sample in with 0.1 s of untimed
-# calls). A deployed model is called again and again, so each timed call follows calls of its own.
+# Timing each runtime's first call after another's measured that disturbance, not the runtime:
+# MobileNetV3-Large, kernorch's own plan raced against onnxruntime and OpenVINO (three races each
+# way, one process): its median was 13.8-28.3 ms right after the others' calls, 6.0-7.5 ms led in;
+# kernorch/onnxruntime read 1.28-2.36 against 1.10-1.42. The compile's race picked whole-graph
+# onnxruntime regions on EfficientViT and ViT that ran 1.3x slower than the own plan in the bench
+# (which leads every sample in the same way). A deployed model is called again and again, so each
+# timed call follows calls of its own.
 RACE_LEAD_S = 0.1
 
 
