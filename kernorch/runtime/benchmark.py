@@ -115,12 +115,17 @@ def baselines(source: Any, threads: int, openvino: bool = True) -> tuple[dict[st
 # A runtime's turn in a round: untimed calls for LEAD_S first, then timed calls for about TURN_S.
 # onnxruntime's threads keep spinning for ~90 ms after its last call (measured on EfficientViT-B0:
 # kernorch's calls in that window ran 2x slower; OpenVINO's pool spins too), so a shorter lead
-# timed the next runtime in the wake of the previous one's pool.
+# timed the next runtime in the wake of the previous one's pool. The compile's race of its plan
+# against whole-graph regions (in_context.race) takes turns the same way: without them it timed
+# MobileNetV3-Large's own plan at 13.8-28.3 ms right after onnxruntime's and OpenVINO's calls
+# against 6.0-7.5 ms led in (three races each way, one process), and picked onnxruntime regions on
+# EfficientViT and ViT that ran 1.3x slower than the own plan in the bench.
 LEAD_S = 0.1
 TURN_S = 5e-3
 
 
-def _turn(fn: Callable, feeds, times: list[float], turn_s: float) -> None:
+def turn(fn: Callable, feeds, times: list[float], turn_s: float) -> None:
+    """One runtime's turn: untimed calls for LEAD_S, then timed calls (at least one) for ``turn_s``."""
     now = time.perf_counter
     lead_end = now() + LEAD_S
     fn(feeds)
@@ -182,7 +187,7 @@ def compare(model, feeds: Mapping[str, np.ndarray], source: Any = None, *, threa
     rounds = 0
     while True:
         for name, (fn, _) in runs.items():
-            _turn(fn, feeds, rows[name].times, TURN_S if repeat is None else 0.0)
+            turn(fn, feeds, rows[name].times, TURN_S if repeat is None else 0.0)
         rounds += 1
         if repeat is not None and rounds >= repeat:
             break

@@ -30,7 +30,7 @@ from kernorch.providers import BuiltKernel, Provider
 from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
-from kernorch.runtime.in_context import RACE_LEAD_S, race, refine_in_context
+from kernorch.runtime.in_context import race, refine_in_context
 from kernorch.runtime import native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
@@ -323,14 +323,14 @@ def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | 
     plan is timed end to end against the whole graph as one region (on kernorch's exported graph,
     and on the user's ``original`` ONNX model per runtime, verified first: whole.py), interleaved,
     at least ``rounds`` times and ``min_seconds`` in all, each timed call led in by calls of its
-    own (in_context.py, Note [a race needs a lead-in]), and the fastest is kept
+    own (benchmark.LEAD_S), and the fastest is kept
     (``report.end_to_end`` has every median)."""
     runs = {"plan": chosen[1]}
     if whole is not None:
         runs["whole region"] = build_plan(g, whole, threads, measured, ext, env)
     if original is not None:
         runs.update(original_regions(g, original, ext, rep.failures))
-    med = race(runs, random_inputs(g, seed=0), rounds, min_seconds, RACE_LEAD_S)
+    med = race(runs, random_inputs(g, seed=0), rounds, min_seconds, lead=True)
     rep.end_to_end = med
     best = min(med, key=med.__getitem__)
     if best == "plan":

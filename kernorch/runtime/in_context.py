@@ -24,6 +24,7 @@ from kernorch.orchestrate.dag import Dag
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.strategies import orchestrate
+from kernorch.runtime.benchmark import turn
 from kernorch.runtime.executable import Executable
 
 PROFILE_CALLS = 12  # calls timed step by step per plan (fewer past PROFILE_S, at least 3)
@@ -81,20 +82,18 @@ def _priced_in_call(plan: Plan, built: Executable, feeds) -> tuple[Plan, float]:
 
 
 def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float = 0.3,
-         lead_s: float = 0.0) -> dict[str, float]:
+         lead: bool = False) -> dict[str, float]:
     """Median seconds per call of each executable, called in turn round after round (so drift
     hits all alike), after two warm-up rounds, at least ``rounds`` rounds and ``min_seconds``.
-    ``lead_s``: before each timed call, untimed calls of the same executable for this long (at
-    least one), as a model runs in steady state (Note [a race needs a lead-in])."""
+    ``lead``: each timed call follows untimed calls of its own for benchmark.LEAD_S, as a deployed
+    model runs (when other runtimes take part: their spinning threads would be timed instead)."""
     times: dict[str, list[float]] = {k: [] for k in runs}
     end = math.inf
     for r in range(1000):
         for name, ex in runs.items():
-            if r >= 2 and lead_s > 0:
-                lead = time.perf_counter()
-                ex.run(feeds)
-                while time.perf_counter() - lead < lead_s:
-                    ex.run(feeds)
+            if r >= 2 and lead:
+                turn(ex.run, feeds, times[name], 0.0)
+                continue
             t = time.perf_counter()
             ex.run(feeds)
             if r >= 2:  # warm-up rounds
@@ -104,19 +103,6 @@ def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float
         if r >= rounds + 1 and time.perf_counter() >= end:
             break
     return {k: statistics.median(v) for k, v in times.items()}
-
-
-# Note [a race needs a lead-in]
-# Runtimes called in turn disturb each other: onnxruntime's and OpenVINO's threads spin for ~90 ms
-# after a call, stealing the cores of whatever runs next, and a pool that slept wakes up slowly.
-# Timing each runtime's first call after another's measured that disturbance, not the runtime:
-# MobileNetV3-Large, kernorch's own plan raced against onnxruntime and OpenVINO (three races each
-# way, one process): its median was 13.8-28.3 ms right after the others' calls, 6.0-7.5 ms led in;
-# kernorch/onnxruntime read 1.28-2.36 against 1.10-1.42. The compile's race picked whole-graph
-# onnxruntime regions on EfficientViT and ViT that ran 1.3x slower than the own plan in the bench
-# (which leads every sample in the same way). A deployed model is called again and again, so each
-# timed call follows calls of its own.
-RACE_LEAD_S = 0.1
 
 
 def _identity(plan: Plan) -> frozenset:
