@@ -26,9 +26,14 @@ the epilogue loop stores every kernel output from it. A product of at most 16 co
 16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column tiles (``kn_gemm_tile16``) and
 16-column panels instead: a 32-column tile would spend half its multiply-adds on zero padding.
 Any other 2-D convolution without groups (KxK, pads, dilations, a strided 1x1 channels-last)
-whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window),
-copied a row block at a time into ``ap`` by ``kn_window_rows``; a packed weight up to
-PANELS_INNER_BYTES is then read whole for each row block, so each window is copied once.
+whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window):
+a row block whose windows all lie inside the image (one output row, no pads) is read in place
+through a table of the taps' offsets (``kn_window_tile``); one at the image's borders is copied
+into ``ap`` first, zeros in the pads (``kn_window_rows``). A stem's windows are runs of a few
+floats per channel, so the copy cost more than the products (ResNet-50's 7x7 3->64: 1.98 ms
+copied, 1.69 in place; MobileNetV3's 3x3/2 3->16: 221 vs 148 us; ``python -m bench.window_micro``).
+A packed weight up to PANELS_INNER_BYTES is read whole for each row block, so each window is
+copied (or found in cache) once.
 A product of one row (a 1x1 map, one token) skips the panel: a dot product per column along k.
 The solver still prices the library providers on the same candidate.
 """
@@ -54,6 +59,8 @@ from kernorch.ir.prims import Kind, Op, Prim
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
 STAGE_BYTES = 2048  # output columns this far apart (times any integer) are stored through a staging tile
 PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch); off: an A/B switch
+WINDOWS_READ = "read in place inside the image, copied per row block at its borders"
+WINDOWS_IN_PLACE = True  # read row blocks of windows inside the image in place (kn_window_tile); off: an A/B switch
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
 
 
@@ -157,8 +164,10 @@ class GemmLowerer(KernelLowerer):
         # dot products read in place when each kernel row of the (channels-last) image is one run
         direct = dots and win.channels_inner and win.strides[2] == win.channels and win.dilations[1] == 1
         image = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)) if win is not None else None
-        if win is not None and not direct:  # a convolution's windows: this row block's into ap first
-            fill = (Call("kn_window_rows", (rows, row0, image, *map(ix.const, win.args()), "ap")),)
+        win_args = (rows, row0, image, *map(ix.const, win.args())) if win is not None else ()
+        in_place = win is not None and not dots and WINDOWS_IN_PLACE  # tiles read blocks inside the image in place
+        if win is not None and not direct:  # a convolution's windows: a row block's into ap unless read in place
+            fill = (Call("kn_window_fill" if in_place else "kn_window_rows", (*win_args, "ap")),)
             a_at, lda = ("ap", ix.const(0)), K
         elif direct:
             fill, a_at, lda = (), image, K
@@ -173,10 +182,16 @@ class GemmLowerer(KernelLowerer):
         tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
+                Call("kn_window_tile16" if narrow else "kn_window_tile",
+                     (*win_args, "wo", "ap", b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))) if in_place else
                 Call("kn_gemm_tile16" if narrow else "kn_gemm_tile",
                      (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         arrays = (Decl("ap", "float32", self.mr * K),) if fill else ()
+        offsets = ()
+        if in_place:  # the taps' offsets in a window, for the row blocks read in place
+            arrays += (Decl("wo", "int32", K),)
+            offsets = (Call("kn_window_offsets", (*map(ix.const, win.args()), "wo")),)
         if staged:
             arrays += (Decl("sg", g.types[self.outputs[0]].dtype, self.mr * self.nr),)
         if gemv is not None:  # one row: a dot product per column, written to the tile's first row
@@ -185,7 +200,7 @@ class GemmLowerer(KernelLowerer):
             arrays += (Decl("tl", "float32", self.mr * self.nr),)
         else:
             per_block = (Loop(panel, ix.const(0), ix.const(npan), (tile, *epilogue)),) if inner else (tile, *epilogue)
-            body_unit = (*pack, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
+            body_unit = (*pack, *offsets, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
             arrays += ((Decl("bp", "float32", K * self.nr),) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
@@ -193,7 +208,8 @@ class GemmLowerer(KernelLowerer):
                f"a dot product per row and column, {self.mr} rows at a time" if dots else f"tiles of {self.mr} rows")
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
                 f" (convolution: A's rows are the pixels' {'x'.join(map(str, win.kernel))} windows, "
-                f"{'read in place' if direct else 'copied per row block'})" if win else
+                f"{'read in place' if direct else WINDOWS_READ if in_place else 'copied per row block'})"
+                if win else
                 " (1x1 convolution: A's rows are the pixels, computed per row block)" if fill and prod.conv else
                 " (1x1 convolution: A's rows are the pixels)" if prod.pixel_rows else
                 " (A computed per row block)" if fill else "")

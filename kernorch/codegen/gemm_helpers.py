@@ -9,77 +9,7 @@ MR_NARROW, NR_NARROW = 12, 16  # the same 12 accumulators for products of at mos
 
 HELPERS = r"""#include <string.h>
 typedef float kn_v16 __attribute__((vector_size(64), aligned(4)));
-/* tile[r][0:%(nr)d] = sum over k of a[r*lda + k] * bp[k*%(nr)d + 0:%(nr)d], r < mr <= %(mr)d: the register
-   block of the generated GEMMs (codegen/gemm.py). Multiply-adds contract to FMAs here only.
-   pf != 0: also prefetch the panel pf floats past bp (the next panel of a weight streamed from
-   memory) while this tile's multiply-adds run, so loading it overlaps computing this one. */
-#if defined(__clang__)
-static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile, int64_t pf) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_gemm_tile(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                         const float *restrict bp, float *restrict tile, int64_t pf) {
-#endif
-  kn_v16 acc[%(mr)d][2];
-  for (int r = 0; r < %(mr)d; r++) { acc[r][0] = (kn_v16){0}; acc[r][1] = (kn_v16){0}; }
-  if (mr == %(mr)d && pf) {
-    for (int64_t k = 0; k < K; k++) {
-      __builtin_prefetch(bp + pf + k * %(nr)d, 0, 2); __builtin_prefetch(bp + pf + k * %(nr)d + 16, 0, 2);
-      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
-#pragma GCC unroll %(mr)d
-      for (int r = 0; r < %(mr)d; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
-    }
-  } else if (mr == %(mr)d) {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
-#pragma GCC unroll %(mr)d
-      for (int r = 0; r < %(mr)d; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
-    }
-  } else {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0, b1; memcpy(&b0, bp + k * %(nr)d, 64); memcpy(&b1, bp + k * %(nr)d + 16, 64);
-      for (int r = 0; r < mr; r++) { float x = a[r * lda + k]; acc[r][0] += x * b0; acc[r][1] += x * b1; }
-    }
-  }
-  for (int r = 0; r < mr; r++) { memcpy(tile + r * %(nr)d, &acc[r][0], 64); memcpy(tile + r * %(nr)d + 16, &acc[r][1], 64); }
-}
-/* The same for products of at most %(nrn)d columns (a stem to 16 channels, a 1x1 projection to 8..16):
-   tile[r][0:%(nrn)d], r < mr <= %(mrn)d, from panels of %(nrn)d columns. kn_gemm_tile would spend half of its
-   multiply-adds on the zero padding of a 32-column panel; this one spends them on twice the rows. */
-#if defined(__clang__)
-static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                           const float *restrict bp, float *restrict tile, int64_t pf) {
-#pragma clang fp contract(fast)
-#else
-__attribute__((optimize("fp-contract=fast")))
-static void kn_gemm_tile16(int64_t mr, int64_t K, const float *restrict a, int64_t lda,
-                           const float *restrict bp, float *restrict tile, int64_t pf) {
-#endif
-  kn_v16 acc[%(mrn)d];
-  for (int r = 0; r < %(mrn)d; r++) acc[r] = (kn_v16){0};
-  if (mr == %(mrn)d && pf) {
-    for (int64_t k = 0; k < K; k++) {
-      __builtin_prefetch(bp + pf + k * %(nrn)d, 0, 2);
-      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
-#pragma GCC unroll %(mrn)d
-      for (int r = 0; r < %(mrn)d; r++) acc[r] += a[r * lda + k] * b0;
-    }
-  } else if (mr == %(mrn)d) {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
-#pragma GCC unroll %(mrn)d
-      for (int r = 0; r < %(mrn)d; r++) acc[r] += a[r * lda + k] * b0;
-    }
-  } else {
-    for (int64_t k = 0; k < K; k++) {
-      kn_v16 b0; memcpy(&b0, bp + k * %(nrn)d, 64);
-      for (int r = 0; r < mr; r++) acc[r] += a[r * lda + k] * b0;
-    }
-  }
-  for (int r = 0; r < mr; r++) memcpy(tile + r * %(nrn)d, &acc[r], 64);
-}
+%(tiles)s
 /* acc[j*N + n] (16 lanes) and tail[j*N + n] += the products of x[j*xs : j*xs + len] and w[n*ldw : n*ldw + len],
    j < P pixels, n < N channels: the dot products of kn_dot_rows and kn_window_dots, vectorized along k.
    One function per (P, N) (kn_dots[P / 2][N - 1], printed by gemm_helpers.py) so the P*N accumulators
@@ -192,7 +122,93 @@ static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, in
     }
   }
 }
+/* wo[k] = the offset of tap k of a window (K ordered as kn_window_rows's) from its first element: a row of A
+   read in place, where kn_window_inside says the whole window lies in the image. Arguments as kn_window_rows's. */
+static void kn_window_offsets(int64_t C, int64_t H, int64_t W, int64_t cs, int64_t hs, int64_t ws, int64_t OW,
+                              int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                              int64_t dw, int32_t *restrict wo) {
+  (void)H; (void)W; (void)OW; (void)sh; (void)sw; (void)ph; (void)pw;
+  int64_t k = 0;
+  if (cs != 1) {
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t kh = 0; kh < KH; kh++)
+        for (int64_t kw = 0; kw < KW; kw++) wo[k++] = (int32_t)(c * cs + kh * dh * hs + kw * dw * ws);
+  } else {
+    for (int64_t kh = 0; kh < KH; kh++)
+      for (int64_t kw = 0; kw < KW; kw++)
+        for (int64_t c = 0; c < C; c++) wo[k++] = (int32_t)(c + kh * dh * hs + kw * dw * ws);
+  }
+}
+/* The offset in x of the first window of output pixels p0 .. p0 + rows - 1 when they lie in one output row
+   and all their windows inside the image (A's rows are then x + that + r * sw * ws + wo[k]), else -1. */
+static inline int64_t kn_window_inside(int64_t rows, int64_t p0, int64_t H, int64_t W, int64_t hs, int64_t ws,
+                                       int64_t OW, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
+                                       int64_t pw, int64_t dh, int64_t dw) {
+  const int64_t oh = p0 / OW, ow = p0 %% OW, ih = oh * sh - ph, iw = ow * sw - pw;
+  if (ow + rows > OW || ih < 0 || ih + (KH - 1) * dh >= H || iw < 0 || iw + (rows - 1) * sw + (KW - 1) * dw >= W)
+    return -1;
+  return ih * hs + iw * ws;
+}
+#define KN_WINDOW_PARAMS int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W, \
+  int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, \
+  int64_t pw, int64_t dh, int64_t dw
+/* kn_window_rows for a row block that kn_window_inside rejects; a block inside is read in place. */
+static void kn_window_fill(KN_WINDOW_PARAMS, float *restrict ap) {
+  if (kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw) < 0)
+    kn_window_rows(rows, p0, x, C, H, W, cs, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw, ap);
+}
+/* The tile of a row block of windows: read in place through the offsets wo when the block lies inside the
+   image (no copy: a stem's windows are runs of a few floats per channel), else from its copy in ap. */
+static void kn_window_tile(KN_WINDOW_PARAMS, const int32_t *restrict wo, const float *restrict ap,
+                           const float *restrict bp, float *restrict tile, int64_t pf) {
+  const int64_t K = C * KH * KW, at = kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+  if (at >= 0) kn_gemm_tile_at(rows, K, x + at, sw * ws, wo, bp, tile, pf);
+  else kn_gemm_tile(rows, K, ap, K, bp, tile, pf);
+}
+static void kn_window_tile16(KN_WINDOW_PARAMS, const int32_t *restrict wo, const float *restrict ap,
+                             const float *restrict bp, float *restrict tile, int64_t pf) {
+  const int64_t K = C * KH * KW, at = kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw);
+  if (at >= 0) kn_gemm_tile16_at(rows, K, x + at, sw * ws, wo, bp, tile, pf);
+  else kn_gemm_tile16(rows, K, ap, K, bp, tile, pf);
+}
 """
+
+
+def _tile(name: str, mr: int, nr: int, offsets: bool) -> str:
+    """The register-blocked tile ``name``: ``tile[r][0:nr] = sum over k of A[r, k] * bp[k*nr + 0:nr]``,
+    r < mr <= ``mr``, with A[r, k] = ``a[r*lda + k]``, or ``a[r*lda + wo[k]]`` (``offsets``: a
+    convolution's windows read in place). Multiply-adds contract to FMAs here only. ``pf`` != 0:
+    also prefetch the panel ``pf`` floats past bp (the next panel of a weight streamed from
+    memory) while this tile's multiply-adds run, so loading it overlaps computing this one."""
+    nv = nr // 16
+    head = (f"static void {name}(int64_t mr, int64_t K, const float *restrict a, int64_t lda, "
+            + ("const int32_t *restrict wo, " if offsets else "")
+            + "const float *restrict bp, float *restrict tile, int64_t pf) {")
+    at = "a[r * lda + wo[k]]" if offsets else "a[r * lda + k]"
+    loads = " ".join(f"kn_v16 b{v}; memcpy(&b{v}, bp + k * {nr} + {16 * v}, 64);" for v in range(nv))
+    fetch = " ".join(f"__builtin_prefetch(bp + pf + k * {nr} + {16 * v}, 0, 2);" for v in range(nv))
+    fma = " ".join(f"acc[r][{v}] += x * b{v};" for v in range(nv))
+
+    def loop(rows: str, prefetch: bool) -> str:
+        return "\n".join(["    for (int64_t k = 0; k < K; k++) {", *([f"      {fetch}"] if prefetch else []),
+                          f"      {loads}", *([f"#pragma GCC unroll {mr}"] if rows != "mr" else []),
+                          f"      for (int r = 0; r < {rows}; r++) {{ float x = {at}; {fma} }}", "    }"])
+    return "\n".join([
+        f"#if defined(__clang__)\n{head}\n#pragma clang fp contract(fast)\n#else\n"
+        f"__attribute__((optimize(\"fp-contract=fast\")))\n{head}\n#endif",
+        f"  kn_v16 acc[{mr}][{nv}];",
+        f"  for (int r = 0; r < {mr}; r++) for (int v = 0; v < {nv}; v++) acc[r][v] = (kn_v16){{0}};",
+        f"  if (mr == {mr} && pf) {{", loop(str(mr), True), f"  }} else if (mr == {mr}) {{", loop(str(mr), False),
+        "  } else {", loop("mr", False), "  }",
+        f"  for (int r = 0; r < mr; r++) for (int v = 0; v < {nv}; v++) memcpy(tile + r * {nr} + 16 * v, &acc[r][v], 64);",
+        "}"])
+
+
+# kn_gemm_tile: 12 accumulators of 16 floats. kn_gemm_tile16, for products of at most 16 columns (a stem
+# to 16 channels, a 1x1 projection to 8..16): the same 12 accumulators on twice the rows; a 32-column tile
+# would spend half of its multiply-adds on the zero padding of its panel. The _at variants read A in place.
+_TILES = "\n".join(_tile(name + at, mr, nr, bool(at)) for at in ("", "_at")
+                   for name, mr, nr in (("kn_gemm_tile", MR, NR), ("kn_gemm_tile16", MR_NARROW, NR_NARROW)))
 
 
 def _dots(P: int, N: int) -> str:
@@ -230,4 +246,5 @@ _DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1) if _ma
     "\nstatic void (*const kn_dots[%d][%d])(const float *restrict, int64_t, const float *restrict, int64_t, int64_t,"
     " kn_v16 *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
         "{" + ", ".join(f"kn_dots_{P}_{n}" if _made(P, n) else "0" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
-HELPERS = HELPERS % {"mr": MR, "nr": NR, "mrn": MR_NARROW, "nrn": NR_NARROW, "nd": _ND, "d4": _DOTS4_N, "dots": _DOTS.replace("%", "%%")}
+HELPERS = HELPERS % {"nr": NR, "nd": _ND, "d4": _DOTS4_N, "dots": _DOTS.replace("%", "%%"),
+                     "tiles": _TILES.replace("%", "%%")}

@@ -31,6 +31,7 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
+# c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
 # c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
 # staging tile, a reduce read through a permutation is
 # computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
@@ -44,7 +45,7 @@ from kernorch.providers.select import reason_or_none
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c14"
+CODEGEN_VERSION = "c15"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.

@@ -214,6 +214,12 @@ CASES = {
     "narrow_dense": lambda: _dense(m=29, k=40, n=16, act=Op.RELU),
     "conv1x1_channels_last_to_twelve": lambda: _channels_last_conv(h=5, w=7, cin=24, cout=12),
     "conv1x1_fifteen_pixels": lambda: _pointwise_conv(shape=(1, 24, 3, 5), cout=40, add="residual"),
+    # wide rows: most row blocks lie inside the image and are read in place through the taps' offsets
+    "conv7x7_stride2_wide_nchw_stem": lambda: _window_conv(h=21, w=70, cin=3, cout=40, kernel=(7, 7), strides=(2, 2),
+                                                           pads=(3, 3, 3, 3), channels_last=False),
+    "conv3x3_wide_channels_last_to_sixteen": lambda: _window_conv(h=5, w=61, cin=16, cout=16, residual=True),
+    "conv3x3_dilated_wide_nchw": lambda: _window_conv(h=9, w=40, cin=5, cout=33, dilations=(2, 3), pads=(2, 3, 2, 3),
+                                                      channels_last=False),
     # an NCHW output whose channels lie 2 KiB apart (32x16 pixels): stored through a staging tile
     "conv3x3_nchw_staged_store": lambda: _window_conv(h=32, w=16, cin=4, cout=20, channels_last=False),
 }
@@ -221,11 +227,12 @@ COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
 IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # channels-last: no window copied
             "conv3x3_to_rgb_wide_channels_last", "conv3x3_stride2_to_two_wide", "conv3x3_to_seven_wide"}
 WINDOW_DOTS = {*IN_PLACE, "conv3x3_to_two_channels_nchw"}  # fewer than 8 output channels
-WINDOWS = {"conv3x3_nchw_staged_store", "conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
+WIDE_WINDOWS = {"conv7x7_stride2_wide_nchw_stem", "conv3x3_wide_channels_last_to_sixteen", "conv3x3_dilated_wide_nchw"}
+WINDOWS = {*WIDE_WINDOWS, "conv3x3_nchw_staged_store", "conv3x3_channels_last", "conv3x3_channels_last_wide_pads", "conv3x3_stride2_stem", "conv7x7_stride2_pad3", "conv5x3_dilated_uneven_pads",
            "conv3x3_no_pads_one_pixel", "conv1x1_stride2_channels_last", *WINDOW_DOTS}
 COMPUTED_IMAGE = {"conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                   "conv1x1_computed_one_pixel"}
-NARROW = {"narrow_dense", "conv1x1_channels_last_to_twelve", "conv1x1_fifteen_pixels", "conv3x3_stride2_stem",
+NARROW = {"conv3x3_wide_channels_last_to_sixteen", "narrow_dense", "conv1x1_channels_last_to_twelve", "conv1x1_fifteen_pixels", "conv3x3_stride2_stem",
           "conv3x3_channels_last_wide_pads"}
 DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1_one_pixel_two_images",
                   "one_row_transposed_weight", "conv1x1_computed_one_pixel", "matmul_computed_one_row"}
@@ -252,10 +259,11 @@ def test_gemm_matches_interpreter(name):
     assert ("A's rows are the pixels" in notes) == (name in PIXEL_ROWS)
     assert ("a dot product per column" in notes) == (name in DOT_PER_COLUMN)
     assert ("computed per row block" in notes) == (name in COMPUTED_IMAGE | COMPUTED_A)
-    assert ("windows, copied per row block" in notes) == (name in WINDOWS - IN_PLACE)
-    assert ("windows, read in place" in notes) == (name in IN_PLACE)
+    assert (f"windows, {gemm.WINDOWS_READ})" in notes) == (name in WINDOWS - WINDOW_DOTS)
+    assert ("windows, copied per row block" in notes) == (name in WINDOW_DOTS - IN_PLACE)
+    assert ("windows, read in place)" in notes) == (name in IN_PLACE)
     # windows copied once for every 32-column panel (more than one) of a weight that stays in cache
-    one_panel = {"conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", "conv3x3_nchw_staged_store", *WINDOW_DOTS}
+    one_panel = {"conv3x3_wide_channels_last_to_sixteen", "conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", "conv3x3_nchw_staged_store", *WINDOW_DOTS}
     assert ("every panel per row block" in notes) == (name in WINDOWS - one_panel)
     assert ("a dot product per row and column" in notes) == (name in WINDOW_DOTS)
     assert ("tiles of 12 rows" in notes) == (name in NARROW)
@@ -318,7 +326,7 @@ def test_triton_never_takes_a_matmul():
 
 def _tile_calls(stmts):
     for s in stmts:
-        if isinstance(s, Call) and s.fn.startswith("kn_gemm_tile"):
+        if isinstance(s, Call) and s.fn.startswith(("kn_gemm_tile", "kn_window_tile")):
             yield s
         yield from _tile_calls(getattr(s, "body", ()))
 

@@ -1,0 +1,89 @@
+"""Micro-benchmark of a generated convolution GEMM's windows: row blocks inside the image read in
+place through the taps' offsets (``kn_window_tile``, the default) against every block copied
+first (``kn_window_rows``, gemm.WINDOWS_IN_PLACE off), with oneDNN's prepacked convolution on
+the same tensors for scale. Calls of the variants alternate in one process, so the machine's
+drift hits them alike.
+
+    python -m bench.window_micro [--threads 2] [--repeat 30] [--rounds 3]
+
+Prints a table; asserts nothing (timings belong here, not in tests). Shapes: stems on NCHW
+images (ResNet-50's 7x7/2, MobileNetV3's 3x3/2, candy's 9x9), ResNet-50's 3x3s and strided 1x1
+on channels-last images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+import torch
+
+from bench.gemm_micro import _median_us
+from kernorch import codegen
+from kernorch.codegen import gemm
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import ConvAttrs
+
+# name: (Cin, Cout, side, kernel, stride, channels-last image)
+SHAPES = {"resnet50 stem 7x7/2": (3, 64, 224, 7, 2, False), "mobilenetv3 stem 3x3/2": (3, 16, 224, 3, 2, False),
+          "candy 9x9 3->32": (3, 32, 224, 9, 1, False), "resnet50 3x3 64 @56": (64, 64, 56, 3, 1, True),
+          "resnet50 3x3 256 @14": (256, 256, 14, 3, 1, True), "resnet50 1x1/2 512->1024": (512, 1024, 28, 1, 2, True)}
+
+
+def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threads: int, rng):
+    """(generated call with windows read in place, the same with windows copied, oneDNN's call)."""
+    pad = k // 2
+    shape = (1, side, side, cin) if nhwc else (1, cin, side, side)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((cout, cin, k, k)).astype(np.float32)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    attrs = ConvAttrs((stride, stride), (pad,) * 4, (1, 1), 1)
+    b = Builder()
+    image = b.permute(b.input(shape), (0, 3, 1, 2)) if nhwc else b.input(shape)
+    y = b.conv(image, b.constant(w), b.constant(bias), attrs)
+    y = b.permute(y, (0, 2, 3, 1)) if nhwc else y
+    b.g.outputs = [y]
+    members = {p.output for p in b.g.prims}
+    calls = []
+    for in_place in (True, False):
+        gemm.WINDOWS_IN_PLACE = in_place
+        try:
+            kernel = codegen.build_kernel(b.g, members, [y], num_threads=threads)
+        finally:
+            gemm.WINDOWS_IN_PLACE = True
+        env = {b.g.inputs[0]: x, **b.g.constants}
+        ins = [torch.from_numpy(np.ascontiguousarray(env[v])) for v in kernel.inputs]
+        outs = kernel.run(ins)
+        call = kernel.prepared(ins, outs)  # raw pointers: keep the kernel and its tensors alive with it
+        calls.append(lambda call=call, keep=(kernel, ins, outs): call())
+    xt = torch.from_numpy(x).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(x)
+    wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [pad] * 2, [stride] * 2, [1, 1], 1, list(xt.shape))
+    calls.append(lambda: torch.ops.mkldnn._convolution_pointwise(xt, packed, bt, [pad] * 2, [stride] * 2, [1, 1], 1,
+                                                                 "none", [], ""))
+    return calls
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of the variants; the median is quoted")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    print(f"threads={args.threads}, median over {args.rounds} alternated rounds of {args.repeat} calls, us")
+    print(f"{'convolution':26} {'in place':>10} {'copied':>10} {'copied/in place':>16} {'oneDNN':>10}")
+    for name, shape in SHAPES.items():
+        calls = _case(*shape, args.threads, rng)
+        times = [[] for _ in calls]
+        for _ in range(args.rounds):
+            for t, call in zip(times, calls):
+                t.append(_median_us(call, args.repeat))
+        med = [statistics.median(t) for t in times]
+        print(f"{name:26} {med[0]:10.1f} {med[1]:10.1f} {med[1] / med[0]:16.2f} {med[2]:10.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
