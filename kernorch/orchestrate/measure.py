@@ -32,6 +32,7 @@ from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
 # c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
+# products of a packed weight short along k split rows only (gemm.SHORT_K);
 # c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
 # staging tile, a reduce read through a permutation is
 # computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
