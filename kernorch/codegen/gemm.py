@@ -32,8 +32,8 @@ whose image is a strided view of a kernel input has A = its pixels' windows (gem
 a row block whose windows all lie inside the image (one output row, no pads) is read in place
 through a table of the taps' offsets (``kn_window_tile``); one at the image's borders is copied
 into ``ap`` first, zeros in the pads (``kn_window_rows``). A stem's windows are runs of a few
-floats per channel, so the copy cost more than the products (ResNet-50's 7x7 3->64: 1.98 ms
-copied, 1.69 in place; MobileNetV3's 3x3/2 3->16: 221 vs 148 us; ``python -m bench.window_micro``).
+floats per channel, so the copy cost more than the products (ResNet-50's 7x7 3->64: 1816 us
+copied, 1650 in place; MobileNetV3's 3x3/2 3->16: 185 vs 124 us; ``python -m bench.window_micro``).
 A packed weight up to PANELS_INNER_BYTES is read whole for each row block, so each window is
 copied (or found in cache) once.
 A product of one row (a 1x1 map, one token) skips the panel: a dot product per column along k.
@@ -105,7 +105,8 @@ class GemmLowerer(KernelLowerer):
         nb, npan = math.prod(batch), -(-N // self.nr)
         blocks = -(-M // self.mr)
         units = UNITS_PER_THREAD * self.threads
-        # windows copied once per row block for all panels, while the packed weight stays in cache
+        # every panel per row block, while the packed weight stays in cache: a convolution's windows are
+        # copied (or found in cache) once; a short product's threads each write whole output rows
         short_k = K <= SHORT_K and M > self.mr and self._constant_b(prod) is not None
         inner = (prod.window is not None or short_k) and npan > 1 and K * npan * self.nr * 4 <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panels that units split
@@ -173,7 +174,8 @@ class GemmLowerer(KernelLowerer):
         direct = dots and win.channels_inner and win.strides[2] == win.channels and win.dilations[1] == 1
         image = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)) if win is not None else None
         win_args = (rows, row0, image, *map(ix.const, win.args())) if win is not None else ()
-        in_place = win is not None and not dots and WINDOWS_IN_PLACE  # tiles read blocks inside the image in place
+        # tiles read row blocks inside the image in place, through int32 offsets of the taps
+        in_place = win is not None and not dots and WINDOWS_IN_PLACE and win.span() < 2 ** 31
         if win is not None and not direct:  # a convolution's windows: a row block's into ap unless read in place
             fill = (Call("kn_window_fill" if in_place else "kn_window_rows", (*win_args, "ap")),)
             a_at, lda = ("ap", ix.const(0)), K

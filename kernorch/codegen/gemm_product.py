@@ -56,6 +56,11 @@ class Window:
         """The weight's dims in the order that reads each output channel's taps in K's order."""
         return (0, 2, 3, 1) if self.channels_inner else (0, 1, 2, 3)
 
+    def span(self) -> int:
+        """Elements from a window's first tap to its last (the largest of kn_window_offsets's)."""
+        (kh, kw), (dh, dw), (cs, hs, ws) = self.kernel, self.dilations, self.strides
+        return (self.channels - 1) * cs + (kh - 1) * dh * hs + (kw - 1) * dw * ws
+
     def args(self) -> tuple[int, ...]:
         return (self.channels, self.height, self.width, *self.strides, self.out_width, *self.kernel,
                 *self.conv_strides, *self.pads, *self.dilations)

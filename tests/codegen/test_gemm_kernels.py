@@ -9,7 +9,7 @@ import pytest
 
 from cg_util import THREADS, check, finish
 from kernorch import codegen
-from kernorch.codegen import gemm
+from kernorch.codegen import gemm, gemm_product
 from kernorch.codegen.feasible import kernel_kind
 from kernorch.codegen.kernel import Call
 from kernorch.codegen.triton import why_not_triton
@@ -343,3 +343,21 @@ def test_tiles_prefetch_the_next_panel_of_a_packed_weight(name, prefetches):
     (call,) = set(_tile_calls(spec.body))
     pf = call.args[-1]
     assert (pf != ix.const(0)) == prefetches
+
+
+def test_a_window_span_past_int32_offsets_copies_every_row_block(monkeypatch):
+    """The taps' offsets are int32: a window spanning more elements than that is copied per row
+    block, never read in place, and still matches the interpreter."""
+    g, members, outputs = CASES["conv7x7_stride2_wide_nchw_stem"]()
+    monkeypatch.setattr(gemm_product.Window, "span", lambda self: 2 ** 31)
+    notes = "\n".join(codegen.lower(g, members, outputs, num_threads=THREADS).notes)
+    assert "windows, copied per row block)" in notes
+    check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_window_span_is_the_farthest_tap():
+    """Window.span against every tap's offset, counted out."""
+    w = gemm_product.Window(channels=3, height=20, width=30, strides=(600, 30, 1), out_width=15, kernel=(5, 3),
+                            conv_strides=(2, 2), pads=(1, 1), dilations=(2, 3))
+    taps = [c * 600 + kh * 2 * 30 + kw * 3 for c in range(3) for kh in range(5) for kw in range(3)]
+    assert w.span() == max(taps)
