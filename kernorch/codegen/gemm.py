@@ -63,8 +63,10 @@ STAGE_BYTES = 2048  # output columns this far apart (times any integer) are stor
 PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch); off: an A/B switch
 # A product this short along k (a 1x1 convolution from 16 or 24 channels) is bound by its output's
 # stream to memory: threads split its rows and every panel of its (small) packed weight runs per row
-# block, so each thread writes whole output rows in order. MobileNetV3's 16->64 at 112x112, output
-# cold: 517 us split by panels, 398 by rows; at K=64 (256 channels out) rows measured 15% slower.
+# block, so each thread writes whole output rows in order. A one-off A/B (SHORT_K 0 vs 32 alternated in
+# one process, bench.gemm_micro's cases): MobileNetV3's 16->64 at 112x112, output cold, 517 us split by
+# panels, 398 by rows; 24->64, 32->96 and 24->72 1.04-1.3x hot and cold; at K=64 (64->256) rows ran 15%
+# slower cold.
 SHORT_K = 32
 WINDOWS_READ = "read in place inside the image, copied per row block at its borders"
 WINDOWS_IN_PLACE = True  # read row blocks of windows inside the image in place (kn_window_tile); off: an A/B switch
@@ -192,8 +194,7 @@ class GemmLowerer(KernelLowerer):
         tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
-                Call("kn_window_tile16" if narrow else "kn_window_tile",
-                     (*win_args, "wo", "ap", b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))) if in_place else
+                Call("kn_window_tile", (*win_args, ix.const(int(narrow)), "wo", "ap", b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))) if in_place else
                 Call("kn_gemm_tile16" if narrow else "kn_gemm_tile",
                      (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)

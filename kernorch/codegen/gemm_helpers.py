@@ -157,19 +157,14 @@ static void kn_window_fill(KN_WINDOW_PARAMS, float *restrict ap) {
   if (kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw) < 0)
     kn_window_rows(rows, p0, x, C, H, W, cs, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw, ap);
 }
-/* The tile of a row block of windows: read in place through the offsets wo when the block lies inside the
-   image (no copy: a stem's windows are runs of a few floats per channel), else from its copy in ap. */
-static void kn_window_tile(KN_WINDOW_PARAMS, const int32_t *restrict wo, const float *restrict ap,
+/* The tile of a row block of windows (narrow: kn_gemm_tile16's): read in place through the offsets wo when
+   the block lies inside the image (no copy: a stem's windows are runs of a few floats per channel), else
+   from its copy in ap. */
+static void kn_window_tile(KN_WINDOW_PARAMS, int narrow, const int32_t *restrict wo, const float *restrict ap,
                            const float *restrict bp, float *restrict tile, int64_t pf) {
   const int64_t K = C * KH * KW, at = kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-  if (at >= 0) kn_gemm_tile_at(rows, K, x + at, sw * ws, wo, bp, tile, pf);
-  else kn_gemm_tile(rows, K, ap, K, bp, tile, pf);
-}
-static void kn_window_tile16(KN_WINDOW_PARAMS, const int32_t *restrict wo, const float *restrict ap,
-                             const float *restrict bp, float *restrict tile, int64_t pf) {
-  const int64_t K = C * KH * KW, at = kn_window_inside(rows, p0, H, W, hs, ws, OW, KH, KW, sh, sw, ph, pw, dh, dw);
-  if (at >= 0) kn_gemm_tile16_at(rows, K, x + at, sw * ws, wo, bp, tile, pf);
-  else kn_gemm_tile16(rows, K, ap, K, bp, tile, pf);
+  if (at >= 0) (narrow ? kn_gemm_tile16_at : kn_gemm_tile_at)(rows, K, x + at, sw * ws, wo, bp, tile, pf);
+  else (narrow ? kn_gemm_tile16 : kn_gemm_tile)(rows, K, ap, K, bp, tile, pf);
 }
 """
 
