@@ -19,8 +19,7 @@ import statistics
 import numpy as np
 import torch
 
-from bench.gemm_micro import _median_us
-from kernorch import codegen
+from bench.gemm_micro import _generated, _median_us
 from kernorch.codegen import gemm
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
@@ -43,20 +42,14 @@ def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threa
     image = b.permute(b.input(shape), (0, 3, 1, 2)) if nhwc else b.input(shape)
     y = b.conv(image, b.constant(w), b.constant(bias), attrs)
     y = b.permute(y, (0, 2, 3, 1)) if nhwc else y
-    b.g.outputs = [y]
-    members = {p.output for p in b.g.prims}
     calls = []
+    default = gemm.WINDOWS_IN_PLACE
     for in_place in (True, False):
         gemm.WINDOWS_IN_PLACE = in_place
         try:
-            kernel = codegen.build_kernel(b.g, members, [y], num_threads=threads)
+            calls.append(_generated(b, y, threads, [x]))
         finally:
-            gemm.WINDOWS_IN_PLACE = True
-        env = {b.g.inputs[0]: x, **b.g.constants}
-        ins = [torch.from_numpy(np.ascontiguousarray(env[v])) for v in kernel.inputs]
-        outs = kernel.run(ins)
-        call = kernel.prepared(ins, outs)  # raw pointers: keep the kernel and its tensors alive with it
-        calls.append(lambda call=call, keep=(kernel, ins, outs): call())
+            gemm.WINDOWS_IN_PLACE = default
     xt = torch.from_numpy(x).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(x)
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
     packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [pad] * 2, [stride] * 2, [1, 1], 1, list(xt.shape))
