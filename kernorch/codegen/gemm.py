@@ -23,10 +23,10 @@ row chunk) units; each unit packs its ``NR``-column panel of B (``bp``) unless B
 weight, read from a copy packed once in zero-padded panels (``KernelSpec.packs``, packing.py);
 then for every ``MR``-row block ``kn_gemm_tile`` (C header) sums the products into a tile and
 the epilogue loop stores every kernel output from it. A constant weight's product at most
-SHORT_K long along k splits rows only, every panel per row block, so each thread writes whole
-output rows in order. A product of at most 16 columns (a stem to
-16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column tiles (``kn_gemm_tile16``) and
-16-column panels instead: a 32-column tile would spend half its multiply-adds on zero padding.
+SHORT_K long along k, or of a weight up to ROWS_FIRST_BYTES with many row blocks, splits rows
+only, every panel per row block, so each thread writes whole output rows in order. A product of
+at most 16 columns (a stem to 16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column
+tiles (``kn_gemm_tile16``) and 16-column panels instead: a 32-column tile would spend half its multiply-adds on zero padding.
 Any other 2-D convolution without groups (KxK, pads, dilations, a strided 1x1 channels-last)
 whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window):
 a row block whose windows all lie inside the image (one output row, no pads) is read in place
@@ -61,13 +61,19 @@ from kernorch.ir.prims import Kind, Op, Prim
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
 STAGE_BYTES = 2048  # output columns this far apart (times any integer) are stored through a staging tile
 PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch); off: an A/B switch
-# A product this short along k (a 1x1 convolution from 16 or 24 channels) is bound by its output's
-# stream to memory: threads split its rows and every panel of its (small) packed weight runs per row
-# block, so each thread writes whole output rows in order. A one-off A/B (SHORT_K 0 vs 32 alternated in
-# one process, bench.gemm_micro's cases): MobileNetV3's 16->64 at 112x112, output cold, 517 us split by
-# panels, 398 by rows; 24->64, 32->96 and 24->72 1.04-1.3x hot and cold; at K=64 (64->256) rows ran 15%
-# slower cold.
+# Threads split a constant weight's product by rows, every panel per row block, so each thread writes
+# whole output rows in order, when the product is short along k (a 1x1 convolution from 16 or 24
+# channels: bound by its output's stream to memory) or its packed weight is small (stays in L2) and it
+# has many row blocks. Split by panels instead, each thread writes a 128-byte stripe of every row.
+# A one-off A/B (SHORT_K 0 vs 32 alternated in one process, bench.gemm_micro's cases): MobileNetV3's
+# 16->64 at 112x112, output cold, 517 us split by panels, 398 by rows; 24->64, 32->96 and 24->72
+# 1.04-1.3x hot and cold. ROWS_FIRST_BYTES, a one-off A/B in ResNet-50's kn-own plan (kernels timed
+# in the call, ABBA rounds, three runs): its 64->256, 256->64, 128->512 and 256->128 1x1s at 56x56
+# and 28x28 ran 5-25% faster by rows, the model 48.6-53.8 ms against 49.6-58.4 (1.01-1.09x);
+# MobileNetV3 1.02-1.04x; at 1 MiB (ResNet-50's 256->1024 at 14x14) rows ran 5-10% slower.
 SHORT_K = 32
+ROWS_FIRST_BYTES = 256 << 10
+ROWS_FIRST_BLOCKS = 16  # row blocks per thread, at least, for a small weight's rows-first split
 WINDOWS_READ = "read in place inside the image, copied per row block at its borders"
 WINDOWS_IN_PLACE = True  # read row blocks of windows inside the image in place (kn_window_tile); off: an A/B switch
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
@@ -109,8 +115,10 @@ class GemmLowerer(KernelLowerer):
         units = UNITS_PER_THREAD * self.threads
         # every panel per row block, while the packed weight stays in cache: a convolution's windows are
         # copied (or found in cache) once; a short product's threads each write whole output rows
-        short_k = K <= SHORT_K and M > self.mr and self._constant_b(prod) is not None
-        inner = (prod.window is not None or short_k) and npan > 1 and K * npan * self.nr * 4 <= PANELS_INNER_BYTES
+        weight_bytes = K * npan * self.nr * 4
+        small = weight_bytes <= ROWS_FIRST_BYTES and blocks >= ROWS_FIRST_BLOCKS * self.threads
+        rows_first = (K <= SHORT_K or small) and M > self.mr and self._constant_b(prod) is not None
+        inner = (prod.window is not None or rows_first) and npan > 1 and weight_bytes <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panels that units split
         chunks = min(blocks, -(-units // (nb * upan))) if nb * upan < units else 1
         per_chunk = -(-blocks // chunks)

@@ -181,6 +181,9 @@ CASES = {
     "conv1d_1x1": lambda: _pointwise_conv(shape=(1, 33, 50), cout=7, strides=(1,)),
     "conv1x1_channels_last": lambda: _channels_last_conv(),
     "conv1x1_channels_last_two_images": lambda: _channels_last_conv(n=2, h=3, w=11, cin=9, cout=70, residual=False),
+    # a small weight (40x70) and 33 row blocks: rows first; a 256x288 weight (288 KiB) past ROWS_FIRST_BYTES: panels
+    "conv1x1_channels_last_many_rows": lambda: _channels_last_conv(h=14, w=14, cin=40, cout=70),
+    "conv1x1_channels_last_large_weight": lambda: _channels_last_conv(h=14, w=14, cin=256, cout=288),
     "conv1x1_channels_last_no_bias": lambda: _channels_last_conv(h=1, w=1, cin=33, cout=33, bias=False),
     "conv1x1_one_pixel": lambda: _squeeze_excite(),
     "conv1x1_one_pixel_two_images": lambda: _squeeze_excite(cin=100, cout=50, images=2),
@@ -223,8 +226,10 @@ CASES = {
     # an NCHW output whose channels lie 2 KiB apart (32x16 pixels): stored through a staging tile
     "conv3x3_nchw_staged_store": lambda: _window_conv(h=32, w=16, cin=4, cout=20, channels_last=False),
 }
-# products of a packed weight short along k (gemm.SHORT_K): threads split rows, every panel per row block
-SHORT_K = {"batched_rows", "conv1x1_channels_last", "conv1x1_channels_last_two_images"}
+# products of a packed weight short along k (gemm.SHORT_K), or small with many row blocks (gemm.ROWS_FIRST_BYTES):
+# threads split rows, every panel per row block
+ROWS_FIRST = {"batched_rows", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
+              "conv1x1_channels_last_many_rows"}
 COMPUTED_A = {"matmul_computed_a", "matmul_computed_one_row"}
 IN_PLACE = {"conv9x9_to_rgb_channels_last", "conv5x5_stride2_wide_pads_to_rgb",  # channels-last: no window copied
             "conv3x3_to_rgb_wide_channels_last", "conv3x3_stride2_to_two_wide", "conv3x3_to_seven_wide"}
@@ -242,10 +247,12 @@ DOT_PER_COLUMN = {"conv1x1_one_pixel", "conv1x1_channels_last_no_bias", "conv1x1
 # tiles reading a constant weight: a matmul's (plain or transposed), a pixel-rows convolution's
 PANEL_PACKED = {"bias_tanh", "no_epilogue", "transposed_weight", "residual_scaled", "exact_tiles", "one_row",
                 "batched_rows", "long_k", "conv1x1_channels_last", "conv1x1_channels_last_two_images",
+                "conv1x1_channels_last_many_rows", "conv1x1_channels_last_large_weight",
                 "conv1x1_channels_last_computed_image", "conv1x1_channels_last_computed_two_images",
                 "matmul_computed_a", "narrow_dense", "conv1x1_channels_last_to_twelve", *(WINDOWS - WINDOW_DOTS)}
 
-PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_to_twelve", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
+PIXEL_ROWS = {"conv1x1_channels_last", "conv1x1_channels_last_many_rows", "conv1x1_channels_last_large_weight",
+              "conv1x1_channels_last_to_twelve", "conv1x1_channels_last_two_images", "conv1x1_channels_last_no_bias",
               "conv1x1_one_pixel", "conv1x1_one_pixel_two_images", *COMPUTED_IMAGE, *WINDOWS}
 
 
@@ -266,7 +273,7 @@ def test_gemm_matches_interpreter(name):
     assert ("windows, read in place)" in notes) == (name in IN_PLACE)
     # windows copied once for every 32-column panel (more than one) of a weight that stays in cache
     one_panel = {"conv3x3_wide_channels_last_to_sixteen", "conv3x3_stride2_stem", "conv3x3_channels_last_wide_pads", "conv3x3_nchw_staged_store", *WINDOW_DOTS}
-    assert ("every panel per row block" in notes) == (name in (WINDOWS - one_panel) | SHORT_K)
+    assert ("every panel per row block" in notes) == (name in (WINDOWS - one_panel) | ROWS_FIRST)
     assert ("a dot product per row and column" in notes) == (name in WINDOW_DOTS)
     assert ("tiles of 12 rows" in notes) == (name in NARROW)
     assert ("staging tile" in notes) == (name == "conv3x3_nchw_staged_store")
