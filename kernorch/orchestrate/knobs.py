@@ -35,6 +35,10 @@ class Knobs:
     """Solver time for the whole model, shared out over the segments."""
     mip_rel_gap: float = 1e-4
     """Relative optimality gap at which the solver may stop."""
+    join_cuts: bool = True
+    """After the segments are solved, join pairs of kernels across segment cuts (one writes what
+    the other reads) where the join is priced cheaper than the pair (joins.py). Plans without
+    provider regions only."""
     regions: bool = True
     """Let `optimal` hand runs of whole segments to an external runtime when that is cheaper
     (regions.py); only takes effect when the caller prices regions (measured costs with

@@ -20,6 +20,7 @@ from kernorch.orchestrate.baselines import (
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.dag import Dag
 from kernorch.orchestrate.enumerate import EnumerationStats, count_sets, enumerate_candidates
+from kernorch.orchestrate.joins import join_across_cuts
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.partition import Segment, partition
 from kernorch.orchestrate.plan import Plan, build_plan
@@ -101,7 +102,8 @@ def _stats(pricer: Pricer, t0: float, **extra: float) -> dict[str, float]:
 def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
              plan_floor: Callable[[frozenset[int]], float] | None = None) -> Plan:
     """Per segment: enumerate, add baseline seeds, price, solve (once per distinct segment
-    program); concatenate the segments' kernels (segments are independent, see partition.py)."""
+    program); concatenate the segments' kernels (segments are independent, see partition.py),
+    then join kernels across the cuts where that is cheaper (joins.py; plans without regions)."""
     segments = partition(dag, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width,
                          max_kernel_nodes=knobs.max_kernel_nodes)
     seg_sets = budget_shares(dag, segments, pricer, knobs)
@@ -146,6 +148,11 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
     t = time.perf_counter()
     kernels, costs, regions = _with_regions(dag, segments, seg_kernels, seg_costs, pricer, knobs, plan_floor)
     t_regions = time.perf_counter() - t
+    t = time.perf_counter()
+    joins = 0
+    if knobs.join_cuts and not regions:
+        kernels, costs, joins = join_across_cuts(dag, segments, kernels, costs, pricer, knobs.greedy_max_kernel_nodes)
+    t_joins = time.perf_counter() - t
     n_cands = sum(len(w[1]) for w in work)
     stats = _stats(
         pricer,
@@ -162,6 +169,8 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
         regions=len(regions),
         region_nodes=sum(len(kernels[k].nodes) for k in regions),
         regions_s=t_regions,
+        joins=joins,
+        joins_s=t_joins,
         **{f"rejected: {k}": float(v) for k, v in sorted(estats.rejected.items())},
     )
     return build_plan(dag, kernels, costs, "optimal", _merge_reports(reports), stats, regions)

@@ -59,7 +59,8 @@ def steered_model(g: Graph, *, regions: bool, threads: int = 2) -> tuple[Compile
     ext = external_providers(threads, PROVIDERS)
     assert sorted(p.name for p in ext) == sorted(PROVIDERS), "every provider must be installed"
     measured = MeasuredCost(g, TuningDB(":memory:"), threads=threads, providers=ext)
-    knobs = Knobs(regions=regions, max_segment_nodes=SEGMENT_NODES)
+    # no joins across cuts: a join could swallow the one kernel steered to a provider
+    knobs = Knobs(regions=regions, max_segment_nodes=SEGMENT_NODES, join_cuts=False)
     live = dag.without_dead()
     segments = partition(live, max_segment_nodes=knobs.max_segment_nodes, max_cut_width=knobs.max_cut_width,
                          max_kernel_nodes=knobs.max_kernel_nodes)  # as orchestrate's optimal strategy cuts
