@@ -44,7 +44,9 @@ class Plan:
             inside = sum(len(self.kernels[k].nodes) for k in self.regions)
             total = len(set().union(*(c.nodes for c in self.kernels)))
             reg = f" ({len(self.regions)} provider regions covering {inside} of {total} prims)"
-        return f"{self.strategy}: {len(self.kernels)} kernels{reg}, cost {self.cost:.6g}{opt}"
+        joins = int(self.stats.get("joins", 0))
+        joined = f" ({joins} joined across segment cuts)" if joins else ""
+        return f"{self.strategy}: {len(self.kernels)} kernels{reg}{joined}, cost {self.cost:.6g}{opt}"
 
 
 def build_plan(

@@ -27,6 +27,7 @@ def test_a_chain_cut_into_segments_is_joined_into_the_one_segment_optimum():
     assert apart.stats["segments"] == 3 and len(apart.kernels) == 3 and apart.stats["joins"] == 0
     assert len(joined.kernels) == len(whole.kernels) == 1 and joined.stats["joins"] == 2
     assert joined.cost == pytest.approx(whole.cost) and joined.cost < apart.cost
+    assert "(2 joined across segment cuts)" in joined.summary() and "joined" not in apart.summary()
 
 
 @profile(40)
