@@ -69,7 +69,7 @@ PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch)
 # 16->64 at 112x112, output cold, 517 us split by panels, 398 by rows; 24->64, 32->96 and 24->72
 # 1.04-1.3x hot and cold. ROWS_FIRST_BYTES, a one-off A/B in ResNet-50's kn-own plan (kernels timed
 # in the call, ABBA rounds, three runs): its 64->256, 256->64, 128->512 and 256->128 1x1s at 56x56
-# and 28x28 ran 5-25% faster by rows, the model 48.6-53.8 ms against 49.6-58.4 (1.01-1.09x);
+# and 28x28 ran 5-25% faster by rows; the model 50.3 vs 49.6 ms, 53.8 vs 58.4, 48.6 vs 51.0 (0.99-1.09x);
 # MobileNetV3 1.02-1.04x; at 1 MiB (ResNet-50's 256->1024 at 14x14) rows ran 5-10% slower.
 SHORT_K = 32
 ROWS_FIRST_BYTES = 256 << 10
