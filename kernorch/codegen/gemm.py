@@ -26,7 +26,8 @@ the epilogue loop stores every kernel output from it. A constant weight's produc
 SHORT_K long along k, or of a weight up to ROWS_FIRST_BYTES with many row blocks, splits rows
 only, every panel per row block, so each thread writes whole output rows in order. A product of
 at most 16 columns (a stem to 16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column
-tiles (``kn_gemm_tile16``) and 16-column panels instead: a 32-column tile would spend half its multiply-adds on zero padding.
+tiles (``kn_gemm_tile16``) and 16-column panels instead: a 32-column tile would spend half its
+multiply-adds on zero padding.
 Any other 2-D convolution without groups (KxK, pads, dilations, a strided 1x1 channels-last)
 whose image is a strided view of a kernel input has A = its pixels' windows (gemm_product.Window):
 a row block whose windows all lie inside the image (one output row, no pads) is read in place
