@@ -30,7 +30,7 @@ from kernorch.providers import BuiltKernel, Provider
 from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
-from kernorch.runtime.in_context import race, refine_in_context
+from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
 from kernorch.runtime import native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
@@ -92,15 +92,15 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
             original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
         knobs = _knobs(opts, tgt)
-        if opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0:
+        in_context = opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0
+        if in_context:
             with _progress_bar(opts.progress, "pricing the plan's kernels in context"):
                 plan, compiled = refine_in_context(dag_from_graph(g), plan, compiled, measured, knobs,
                                                    random_inputs(g, seed=0),
                                                    _reusing_builder(tgt, g, measured, ext, plan, compiled), rep)
-        rep.priced_s = sum(plan.costs) if all(c is not None for c in plan.costs) else None
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
-                                                env=opts.env)
+                                                env=opts.env, reprice=in_context)
     return _finish(compiled, plan, rep, g, t0, t3)
 
 
@@ -317,20 +317,28 @@ def _whole_region(dag, plan: Plan, measured: MeasuredCost) -> Plan | None:
 
 def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | None, threads: int,
                        measured: MeasuredCost, ext, rep: CompileReport, original: Any = None, rounds: int = 7,
-                       min_seconds: float = 0.3, env: Env | None = None) -> tuple[Plan, Executable]:
+                       min_seconds: float = 0.3, env: Env | None = None,
+                       reprice: bool = False) -> tuple[Plan, Executable]:
     """Kernels priced one by one run slower in a model than alone (caches, other libraries'
     thread pools waking up, dispatch), most of all when a plan mixes runtimes. So the solver's
     plan is timed end to end against the whole graph as one region (on kernorch's exported graph,
     and on the user's ``original`` ONNX model per runtime, verified first: whole.py), interleaved,
     at least ``rounds`` times and ``min_seconds`` in all, each timed call led in by calls of its
     own (benchmark.LEAD_S), and the fastest is kept
-    (``report.end_to_end`` has every median)."""
+    (``report.end_to_end`` has every median). ``reprice``: the plan is priced in context again in
+    the same rounds (in_context.CallProfiles), so ``report.priced_s`` and its end-to-end time see
+    one machine state."""
     runs = {"plan": chosen[1]}
     if whole is not None:
         runs["whole region"] = build_plan(g, whole, threads, measured, ext, env)
     if original is not None:
         runs.update(original_regions(g, original, ext, rep.failures))
-    med = race(runs, random_inputs(g, seed=0), rounds, min_seconds, lead=True)
+    feeds = random_inputs(g, seed=0)
+    profiles = CallProfiles(chosen[1], feeds) if reprice else None
+    med = race(runs, feeds, rounds, min_seconds, lead=True, profile=profiles)
+    if profiles is not None:
+        chosen = (profiles.priced(chosen[0]), chosen[1])
+    rep.priced_s = sum(chosen[0].costs) if all(c is not None for c in chosen[0].costs) else None
     rep.end_to_end = med
     best = min(med, key=med.__getitem__)
     if best == "plan":

@@ -187,17 +187,18 @@ class Executable:
         """The outputs when ``args`` need no conversion (``CallPlan.fast``), else None."""
         return (self._call_plans.get(self.native) or self._calls()).fast(args)
 
-    def profile_in_call(self, feeds, repeat: int = 10, seconds: float | None = None) -> tuple[list[float], float]:
+    def profile_in_call(self, feeds, repeat: int = 10, seconds: float | None = None,
+                        warmup: int = 2) -> tuple[list[float], float]:
         """(seconds per kernel, seconds per call), medians over ``repeat`` calls timed kernel by
         kernel inside the real call: the kernels run as the model runs them, each after its
         predecessors, with the same buffers, dispatch and native runs (whose driver reads the
         clock after every kernel), so the times hold the caches' and the pool's state of the
         model. Gaps between kernels (the loop, adopting buffers, returning from a native run)
         count toward the kernel before. ``seconds``: stop after that long once 3 calls are timed
-        (large models)."""
+        (large models). ``warmup``: untimed calls first (first-call preparation, caches)."""
         calls = self._calls()
         args = [to_tensor(a) for a in (check_inputs(self.sig.graph, feeds)[v] for v in self.sig.graph.inputs)]
-        for _ in range(2):  # warm-up: first-call preparation, caches
+        for _ in range(warmup):
             calls(args, False)
         per_kernel: list[list[float]] = [[] for _ in self.kernels]
         totals: list[float] = []

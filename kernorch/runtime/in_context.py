@@ -9,7 +9,10 @@ candidate at its measured price scaled by what being in the model did to the ker
 provider (PricedCandidates.price_in_context), and solves again. A new plan is built and timed
 the same way. After ``Knobs.context_rounds`` plans (or when the solver returns a plan already
 timed) the plans are raced end to end, interleaved, and the fastest is kept with its in-context
-prices as its costs; ``report.priced_hot_s`` keeps the first plan's prices timed alone.
+prices as its costs; ``report.priced_hot_s`` keeps the first plan's prices timed alone. The compile
+then times the kept plan end to end and prices it once more in the same rounds (``CallProfiles``
+passed to ``race``), one profiled call after each timed turn: a profile taken a second before or
+after the timing would see another state of a machine whose speed drifts (a shared VM's 1.6x).
 """
 
 from __future__ import annotations
@@ -61,10 +64,9 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
     if len(tried) == 1:
         return tried[0]
     # Profiles taken one after the other differ by the machine's drift: race the plans
-    # interleaved, and price the winner again now, as the compile is about to time it.
+    # interleaved (the compile prices the winner again as it times it: CallProfiles).
     med = race({str(k): ex for k, (_, ex) in enumerate(tried)}, feeds, RACE_ROUNDS, RACE_S)
-    plan, built = tried[int(min(med, key=med.__getitem__))]
-    return _priced_in_call(plan, built, feeds)[0], built
+    return tried[int(min(med, key=med.__getitem__))]
 
 
 def _hot(plan: Plan, measured) -> list[float]:
@@ -76,28 +78,52 @@ def _priced_in_call(plan: Plan, built: Executable, feeds) -> tuple[Plan, float]:
     """(``plan`` with its kernels' in-call times as costs, seconds per call); the executable's
     kernel infos get the same times."""
     per_kernel, call_s = built.profile_in_call(feeds, PROFILE_CALLS, PROFILE_S)
+    return _costed(plan, built, per_kernel), call_s
+
+
+def _costed(plan: Plan, built: Executable, per_kernel: list[float]) -> Plan:
+    """``plan`` with ``per_kernel`` as its kernels' costs, and ``built``'s kernel infos with them."""
     for info, t in zip(built.infos, per_kernel):
         info.seconds = t
-    return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel)), call_s
+    return dataclasses.replace(plan, costs=tuple(per_kernel), cost=sum(per_kernel))
+
+
+class CallProfiles:
+    """One executable profiled one call at a time (``race`` calls it after each of its turns), so its
+    in-call prices and its end-to-end time come from the same rounds of the same machine state."""
+
+    def __init__(self, built: Executable, feeds) -> None:
+        self.built, self.feeds = built, feeds
+        self.calls: list[list[float]] = []
+
+    def __call__(self) -> None:
+        self.calls.append(self.built.profile_in_call(self.feeds, 1, warmup=0)[0])
+
+    def priced(self, plan: Plan) -> Plan:
+        """``plan`` (the one ``built`` runs) costed at the median of each kernel's profiled times."""
+        return _costed(plan, self.built, [statistics.median(ts) for ts in zip(*self.calls)])
 
 
 def race(runs: dict[str, Executable], feeds, rounds: int = 7, min_seconds: float = 0.3,
-         lead: bool = False) -> dict[str, float]:
+         lead: bool = False, profile: CallProfiles | None = None) -> dict[str, float]:
     """Median seconds per call of each executable, called in turn round after round (so drift
     hits all alike), after two warm-up rounds, at least ``rounds`` rounds and ``min_seconds``.
     ``lead``: each timed call follows untimed calls of its own for benchmark.LEAD_S, as a deployed
-    model runs (when other runtimes take part: their spinning threads would be timed instead)."""
+    model runs (when other runtimes take part: their spinning threads would be timed instead).
+    ``profile``: called after each timed turn of the executable it profiles."""
     times: dict[str, list[float]] = {k: [] for k in runs}
     end = math.inf
     for r in range(1000):
         for name, ex in runs.items():
             if r >= 2 and lead:
                 turn(ex.run, feeds, times[name], 0.0)
-                continue
-            t = time.perf_counter()
-            ex.run(feeds)
-            if r >= 2:  # warm-up rounds
-                times[name].append(time.perf_counter() - t)
+            else:
+                t = time.perf_counter()
+                ex.run(feeds)
+                if r >= 2:  # warm-up rounds
+                    times[name].append(time.perf_counter() - t)
+            if r >= 2 and profile is not None and ex is profile.built:
+                profile()
         if r == 2:
             end = time.perf_counter() + min_seconds
         if r >= rounds + 1 and time.perf_counter() >= end:

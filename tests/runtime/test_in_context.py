@@ -184,3 +184,36 @@ def test_a_race_times_each_executable_after_calls_of_its_own(monkeypatch):
     led_in = in_context.race(runs, {}, rounds=3, min_seconds=0.0, lead=True)
     assert alternated["pool"] > alternated["steady"]  # the disturbance, not the runtime, timed
     assert led_in["pool"] < 2.5e-3 < led_in["steady"]  # each in its steady state
+
+
+
+class _Drifting:
+    """An executable of two kernels on a machine that slows down call by call; logs its calls."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log, self.infos = name, log, [SimpleNamespace(seconds=None), SimpleNamespace(seconds=None)]
+
+    def run(self, feeds):
+        self.log.append(self.name)
+
+    def profile_in_call(self, feeds, repeat, warmup=2):
+        self.log.append("profile")
+        return [1.0 * len(self.log), 2.0 * len(self.log)], 3.0 * len(self.log)
+
+
+def test_the_plan_is_priced_in_the_rounds_that_time_it():
+    log: list = []
+    plan_ex = _Drifting("plan", log)
+    profiles = in_context.CallProfiles(plan_ex, {})
+    in_context.race({"plan": plan_ex, "other": _Drifting("other", log)}, {}, rounds=5, min_seconds=0.0,
+                    profile=profiles)
+    timed = log[4:]  # after two warm-up rounds
+    # one profiled call right after each timed call of the plan, none after the other runtime's
+    assert [timed[i + 1] for i, x in enumerate(timed) if x == "plan"] == ["profile"] * timed.count("plan")
+    assert len(profiles.calls) == timed.count("plan") == timed.count("profile") >= 5
+    first = orchestrate(make_dag({0: (), 1: (0,)}), "unfused", _Prices({frozenset({0}): 1.0, frozenset({1}): 1.0}),
+                        lambda c: True, None, Knobs())
+    priced = profiles.priced(first)
+    middle = sorted(c[0] for c in profiles.calls)[len(profiles.calls) // 2]  # the median call's first kernel
+    assert priced.costs == (middle, 2 * middle) and priced.cost == 3 * middle
+    assert [i.seconds for i in plan_ex.infos] == list(priced.costs)
