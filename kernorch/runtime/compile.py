@@ -258,7 +258,13 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         measured.progress = update
         measured.prefetch(todo)
     measured.progress = None
-    measured.fallback = rough
+    guessed: list[Candidate] = []  # what a round priced by the estimate
+
+    def guess(c: Candidate) -> float | None:
+        guessed.append(c)
+        return rough(c)
+
+    measured.fallback = guess
     every: list[Candidate] = []  # the candidates of every segment, regions or not (collected on demand)
 
     def record_every(c: Candidate) -> float | None:
@@ -267,6 +273,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
 
     try:
         for round_ in range(16):
+            guessed.clear()
             plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
             regions = set(plan.regions)
             missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
@@ -282,6 +289,8 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
                 orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
                             dataclasses.replace(knobs, regions=False))
             more = missing + [c for c in seen + every if c.nodes & back]
+            if not regions:  # joins across cuts (joins.py) chain: measure every join the round priced
+                more += guessed
             if round_ == 2:  # still picking unpriced kernels: price every candidate around them
                 near = {n for c in missing for n in c.nodes}
                 more += [c for c in seen + every if c.nodes & near]
