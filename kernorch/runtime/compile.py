@@ -231,7 +231,9 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     tuned only when its kernels might beat the region. The recorded candidates are measured in
     batches, the strategy runs again on measured costs (the estimate standing in for anything
     unmeasured), and any kernel of the plan still unmeasured is measured and the strategy rerun,
-    so every kernel of the final plan was verified and timed. Shared by every target."""
+    so every kernel of the final plan was verified and timed; in a plan without regions, every join
+    across segment cuts the round priced by the estimate is measured with it (joins chain, and one
+    join a round ran out of rounds). Shared by every target."""
     if cost == "model":
         return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
     region_cost = measured.region if measured.providers else None
