@@ -67,7 +67,7 @@ class TuningWorker:
 
     def measure(self, batch: list[tuple[str, Candidate]]):
         """{key: {provider: Record}} for the batch, and this batch's measurement counts."""
-        from kernorch.orchestrate.measure import MeasureStats
+        from kernorch.orchestrate.measure_stats import MeasureStats
 
         m = self.measurer
         m.stats = MeasureStats()

@@ -39,6 +39,10 @@ class Knobs:
     """After the segments are solved, join pairs of kernels across segment cuts (one writes what
     the other reads) where the join is priced cheaper than the pair (joins.py). Plans without
     provider regions only."""
+    recheck: bool = True
+    """Measured compiles: once every kernel of the plan is measured, time each fusion of two plan
+    kernels that the solver declined again, in turn with its two parts, and solve again
+    (recheck.py): one slow batch of timings otherwise splits every identical block alike."""
     regions: bool = True
     """Let `optimal` hand runs of whole segments to an external runtime when that is cheaper
     (regions.py); only takes effect when the caller prices regions (measured costs with

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -24,6 +23,7 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate import trust
 from kernorch.orchestrate.machine import target_name
+from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.options import DEFAULT_PROVIDERS, Env
@@ -31,65 +31,34 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
-# c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only;
-# c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
-# products of a packed weight short along k split rows only (gemm.SHORT_K);
-# c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
-# staging tile, a reduce read through a permutation is
-# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
-# tiles (kn_gemm_tile16);
-# c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);
-# c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
+# c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only; c15: a
+# convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied; products of
+# a packed weight short along k split rows only (gemm.SHORT_K); c14: a GEMM tile prefetches the next panel of a
+# packed weight, NCHW outputs 2 KiB-strided go through a staging tile, a reduce read through a permutation is
+# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16 tiles
+# (kn_gemm_tile16); c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in
+# registers (kn_dots); c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
 # c10: KxK (and strided 1x1) convolutions are generated GEMMs too, each pixel's window of the image a row of A;
 # c9: a 1x1 convolution's computed image (prologue) read channels-last makes pixel rows, computed per row block;
 # GEMM loads are not clamped (contiguous vector loads: one-row dot products 3-6x faster); constant GEMM weights
-# are packed once in panels;
-# c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
-# products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
-# c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
+# are packed once in panels; c8: depthwise and pixel-rows GEMM weights are read from copies packed once
+# (KernelSpec.packs); c7: one-row products are a dot product per column; c6: channels-last 1x1 convolutions are
+# GEMMs with the pixels as rows; c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
 CODEGEN_VERSION = "c16"
-# What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
-# ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
-# on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.
-# Added to every measured candidate (not stored), so the solver stops splitting work into kernels
-# whose isolated times look free.
+# What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python, ctypes, provider
+# call) and waking a thread pool that another library's kernel just used. Measured on EfficientViT-B0 (98 kernels):
+# run time - sum of isolated kernel times ~= 25 us per kernel. Added to every measured candidate (not stored), so
+# the solver stops splitting work into kernels whose isolated times look free.
 KERNEL_OVERHEAD_S = 25e-6
-# A single kernel of a runtime with a thread pool of its own (onnxruntime, OpenVINO) between
-# kernels of kernorch's pool also pays for the switch there and back, which its isolated timing
-# never sees: ~25 us on 2 cores (``python -m bench.pool_switch``). Regions pay it once per region,
-# which their end-to-end timing includes.
+# A single kernel of a runtime with a thread pool of its own (onnxruntime, OpenVINO) between kernels of kernorch's
+# pool also pays for the switch there and back, which its isolated timing never sees: ~25 us on 2 cores
+# (``python -m bench.pool_switch``). Regions pay it once per region, which their end-to-end timing includes.
 POOL_SWITCH_S = 25e-6
-# Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many
-# times, each round after a pause that lets a transient load (a compiler, a cron job) pass.
+# Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many times, each round
+# after a pause that lets a transient load (a compiler, a cron job) pass.
 REMEASURE_ROUNDS = 2
 REMEASURE_PAUSE_S = 0.25
-
-
-@dataclass
-class MeasureStats:
-    measured: int = 0
-    cached: int = 0
-    failed: int = 0
-    seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
-    disturbed: int = 0  # timing samples discarded because the process waited for a CPU
-    remeasured: int = 0  # kernels measured again because their first price was doubtful
-    unsettled: int = 0  # kernels stored flagged: still doubtful after every re-measure
-    max_load: float = 0.0  # most cores other processes kept busy while a kernel was timed
-
-    def count(self, recs: dict[str, Record]) -> None:
-        for r in recs.values():
-            self.disturbed += r.disturbed or 0
-            self.max_load = max(self.max_load, r.load or 0.0)
-
-    def add(self, other: MeasureStats) -> None:
-        """Fold in the counts of measurements taken elsewhere (a cluster worker)."""
-        self.measured += other.measured
-        self.seconds += other.seconds
-        self.disturbed += other.disturbed
-        self.remeasured += other.remeasured
-        self.unsettled += other.unsettled
-        self.max_load = max(self.max_load, other.max_load)
+RETIME_ROUNDS = 3  # MeasuredCost.retime: rounds of timing every kernel in turn
 
 
 def ordered_outputs(g_pos: dict[int, int], cand: Candidate) -> list[int]:
@@ -341,6 +310,20 @@ class MeasuredCost(PricedCandidates):
         self.stats.unsettled += len(unsettled)
         for k, (_, _, recs) in doubtful.items():
             yield k, recs
+
+    def retime(self, cands: Iterable[Candidate], rounds: int = RETIME_ROUNDS) -> None:
+        """Time ``cands`` again, all of them in turn for ``rounds`` rounds (a slow phase of the
+        machine then hits them alike), and keep per provider the cheapest attempt, the stored one
+        included (trust.merge): prices that decide between fusing and splitting (recheck.py) do
+        not rest on one batch's luck."""
+        items = list({self.key(c): c for c in cands}.items())
+        best = self.db.get_many([k for k, _ in items], self.target, CODEGEN_VERSION)
+        for _ in range(rounds):
+            for k, recs in self.measure_items(items):
+                best[k] = trust.merge(best.get(k, {}), recs)
+        self.stats.remeasured += len(items)
+        for k, recs in best.items():
+            self._store(k, recs)
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]

@@ -18,6 +18,7 @@ from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
+from kernorch.orchestrate.recheck import recheck
 from kernorch.options import DEFAULT_PROVIDERS, TUNING_BUDGET, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
@@ -273,6 +274,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
         every.append(c)
         return rough(c)
 
+    rechecked: set[str] = set()  # keys re-timed beside a fusion the plan declined (recheck.py)
     try:
         for round_ in range(16):
             guessed.clear()
@@ -280,6 +282,8 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             regions = set(plan.regions)
             missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
             if not missing:
+                if strategy == "optimal" and knobs.recheck and recheck(dag, plan, measured, rechecked):
+                    continue
                 break
             # Segments the first pass handed to a region but this plan keeps on kernels: tune
             # them fully (measuring only the picked kernels can take one round per kernel). The

@@ -27,7 +27,8 @@ from kernorch.codegen.triton_lower import TritonConfig
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.measure import MeasureStats, ordered_outputs
+from kernorch.orchestrate.measure import ordered_outputs
+from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.options import Env
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import Record, TuningDB

@@ -17,7 +17,8 @@ from kernorch.ir.prims import Op
 from kernorch.orchestrate import measure
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
-from kernorch.orchestrate.measure import MeasuredCost, MeasureStats
+from kernorch.orchestrate.measure import MeasuredCost
+from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, UNSETTLED, Record, TuningDB
 from kernorch.providers import BuiltKernel, Provider
 from kernorch.providers.select import ProviderRecord
@@ -625,3 +626,19 @@ def test_a_provider_whose_check_raises_is_not_asked(tmp_path, monkeypatch):
     provs = [Raises("bad", own_pool=True), TorchLike("torch", own_pool=True)]
     m, _ = _measurer(tmp_path, monkeypatch, g, FakeCodegen(can=lambda ms: False), providers=provs)
     assert [p.name for p in m.kernel_providers(cand)] == ["torch"]
+
+
+def test_retime_times_the_candidates_in_turn_and_keeps_each_ones_cheapest_attempt(tmp_path, monkeypatch):
+    g, n, e = _chain()
+    cands = _cands(g, [n], [e], [n, e])
+    m, fake = _measurer(tmp_path, monkeypatch, g)
+    m.timer = Timer(*(Measurement(s, s, 0.0, 5, 0) for s in (3e-4, 3e-4, 9e-4)))
+    m.prefetch(cands)  # the fused kernel's first timing came from a slow phase
+    figures = [5e-4, 4e-4, 2e-4,   1e-4, 6e-4, 3e-4,   4e-4, 5e-4, 4e-4]  # round by round
+    m.timer = Timer(*(Measurement(s, s, 0.0, 5, 0) for s in figures))
+    m.retime(cands, rounds=3)
+    assert fake.batches[1:] == [[[n], [e], [n, e]]] * 3  # each round times all three in turn
+    stored = [m.db.get(m.key(c), m.target, measure.CODEGEN_VERSION)["codegen:c"].seconds for c in cands]
+    assert stored == [1e-4, 3e-4, 2e-4]  # the cheapest attempt, the first one included
+    assert [m(c) for c in cands] == [s + 25e-6 for s in stored]
+    assert m.stats.remeasured == 3

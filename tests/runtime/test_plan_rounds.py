@@ -5,7 +5,7 @@ those the plan kept: one at a time, a long chain ran out of rounds (SegFormer's 
 
 from kernorch.orchestrate.dag import make_dag
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import MeasureStats
+from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.pricing import identity_key
 from kernorch.runtime.compile import plan_kernels
 from kernorch.runtime.report import CompileReport
