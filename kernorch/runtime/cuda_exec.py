@@ -38,6 +38,7 @@ class CudaExecutable(Executable):
     target = TARGET
 
     adopts_fresh = False  # every kernel writes planned buffers (CUDA graphs replay fixed addresses)
+    overwrites_inputs = False  # inplace.py vets generated C kernels only
 
     def __init__(self, sig: Signature, kernels: Sequence, infos: Sequence[KernelInfo],
                  types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any], device: torch.device,

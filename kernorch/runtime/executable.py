@@ -7,6 +7,7 @@ preallocated slot tensors, and returns fresh output tensors (so results survive 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import torch
 
 from kernorch.frontend.inputs import check_inputs
 from kernorch.ir.graph import Graph
+from kernorch.runtime.inplace import OVERWRITING_PROVIDERS, overwritable
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
 from kernorch.runtime.calls import NATIVE, CallPlan, as_tensor
 
@@ -93,16 +95,20 @@ class Executable:
     """Runs kernels in order. ``types`` gives (shape, dtype) of every value a kernel touches."""
 
     adopts_fresh = True  # a call takes over buffers kernels return (calls.py); not the CUDA executor
+    overwrites_inputs = True  # generated C kernels may write an output over a dying input (inplace.py)
 
     def __init__(self, sig: Signature, kernels: Sequence[RuntimeKernel], infos: Sequence[KernelInfo],
-                 types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any]) -> None:
+                 types: dict[int, tuple[tuple[int, ...], str]], constants: dict[int, Any],
+                 overwrites: Sequence[tuple[tuple[int, int], ...]] = ()) -> None:
+        """``overwrites``: per kernel, (output, input) pairs it may write over (inplace.py)."""
         self.sig = sig
         self.kernels = list(kernels)
         self.infos = list(infos)
         self.types = types
         self.constants = {v: to_tensor(a) for v, a in constants.items()}
         external = set(self.constants) | set(sig.graph.inputs)
-        steps = [Step(tuple(k.inputs), tuple(k.outputs)) for k in self.kernels]
+        steps = [Step(tuple(k.inputs), tuple(k.outputs), tuple(over))
+                 for k, over in itertools.zip_longest(self.kernels, overwrites, fillvalue=())]
         nbytes = {v: math.prod(s) * TORCH_DTYPES[d].itemsize for v, (s, d) in types.items()}
         self.fresh = fresh_values(self.kernels) - external if self.adopts_fresh else set()
         self.memory: MemoryPlan = plan_memory(steps, nbytes, external, set(sig.graph.outputs) | self.fresh)
@@ -270,7 +276,12 @@ def executable_for(g: Graph, kernels: Sequence[RuntimeKernel], infos: Sequence[K
     ``g`` (its types and the constants they read)."""
     types = {v: (g.types[v].shape, g.types[v].dtype) for k in kernels for v in list(k.inputs) + list(k.outputs)}
     constants = {v: g.constants[v] for k in kernels for v in k.inputs if v in g.constants}
-    return (cls or Executable)(Signature.of(g), kernels, infos, types, constants, **device)
+    cls = cls or Executable
+    if cls.overwrites_inputs:
+        every = g.producers()
+        device["overwrites"] = [overwritable(g, i.members, k.inputs, k.outputs, every)
+                                if i.provider in OVERWRITING_PROVIDERS else () for k, i in zip(kernels, infos)]
+    return cls(Signature.of(g), kernels, infos, types, constants, **device)
 
 
 def plan_executable(g: Graph, plan, kernels: Sequence[RuntimeKernel], cls: type[Executable] | None = None,

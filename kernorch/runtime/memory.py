@@ -7,6 +7,8 @@ plan 44 slots and a 13 MB arena, most slots touched once per call, so an early l
 output was written to lines the weights had long evicted (every store a read from memory first);
 reused bytes stay hot in cache, as onnxruntime's memory planner keeps them. Writes that nobody
 reads any more (a duplicated kernel re-writing a dead value) get a scratch slot.
+A kernel may write an output over an input whose last reader it is (``Step.overwrites``, found by
+inplace.py): the output takes the input's slot, so a residual add reads and writes the same lines.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Sequence
 class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    overwrites: tuple[tuple[int, int], ...] = ()  # (output, input): may be written over that input
 
 
 @dataclass(frozen=True)
@@ -65,11 +68,15 @@ def plan_memory(steps: Sequence[Step], nbytes: dict[int, int], external: set[int
             if v in live:
                 m[v] = live[v]
         scratch = []
+        over = {o: u for o, u in s.overwrites
+                if u in live and last_read[u] == i and u not in s.outputs and slots[live[u]] >= nbytes[o]}
         for v in s.outputs:
             if v in external or v in outputs:
                 continue
             if v in live:
                 m[v] = live[v]
+            elif v in over and last_read.get(v, -1) > i:
+                live[v] = m[v] = live.pop(over[v])  # the input's slot, handed over: not freed below
             elif last_read.get(v, -1) > i:
                 live[v] = m[v] = take(v)
             else:

@@ -1,4 +1,5 @@
-"""Buffer planning: a value is never overwritten while someone still has to read it."""
+"""Buffer planning: a value is never overwritten while someone still has to read it, also where
+a kernel may write an output over one of its inputs (Step.overwrites)."""
 
 from hypothesis import given, settings, strategies as st
 
@@ -14,7 +15,8 @@ def programs(draw):
         outs = [100 + i]
         if produced and draw(st.booleans()):
             outs.append(draw(st.sampled_from(produced)))  # a duplicated kernel re-writes a value
-        steps.append(Step(tuple(ins), tuple(outs)))
+        over = ((100 + i, draw(st.sampled_from(ins))),) if ins and draw(st.booleans()) else ()
+        steps.append(Step(tuple(ins), tuple(outs), over))
         produced.append(100 + i)
     types = {v: draw(st.sampled_from([4, 8, 12, 400])) for v in produced}  # bytes
     outputs = set(draw(st.lists(st.sampled_from(produced), min_size=1, max_size=2)))

@@ -29,3 +29,21 @@ def test_slots_are_bytes_reused_across_sizes():
     assert plan.nslots == 2
     assert sorted(plan.slots) == [50, 200]  # 1 then 3 in one slot (grown to 200), 2 then 4 in the other (to 50)
     assert plan.slot_of[1][2] == plan.slot_of[3][4] != plan.slot_of[2][3]
+
+
+def test_an_output_takes_the_slot_of_the_input_it_overwrites_when_that_input_dies():
+    steps = [Step((), (1,)), Step((1,), (2,), overwrites=((2, 1),)), Step((2,), (3,))]
+    plan = plan_memory(steps, TYPES, external=set(), outputs={3})
+    assert plan.slot_of[1][2] == plan.slot_of[1][1] and plan.nslots == 1
+
+
+def test_an_input_read_later_or_too_small_is_not_overwritten():
+    later = [Step((), (1,)), Step((1,), (2,), overwrites=((2, 1),)), Step((1, 2), (3,))]
+    plan = plan_memory(later, TYPES, external=set(), outputs={3})
+    assert plan.slot_of[1][2] != plan.slot_of[1][1]
+    small = [Step((), (1,)), Step((1,), (2,), overwrites=((2, 1),)), Step((2,), (3,))]
+    plan = plan_memory(small, {1: 4, 2: 8, 3: 8}, external=set(), outputs={3})
+    assert plan.slot_of[1][2] != plan.slot_of[1][1]
+    external = [Step((1,), (2,), overwrites=((2, 1),)), Step((2,), (3,))]  # a graph input is never overwritten
+    plan = plan_memory(external, TYPES, external={1}, outputs={3})
+    assert 1 not in plan.slot_of[0]
