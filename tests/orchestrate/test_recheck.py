@@ -8,7 +8,7 @@ from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.plan import build_plan
 from kernorch.orchestrate.pricing import identity_key
-from kernorch.orchestrate.recheck import declined_fusions, recheck
+from kernorch.orchestrate.recheck import declined, recheck
 from kernorch.runtime.compile import plan_kernels
 from kernorch.runtime.report import CompileReport
 
@@ -93,9 +93,30 @@ def test_only_convex_priced_fusions_dearer_than_their_parts_are_declined():
     prices[identity_key(multi_output(dag, [0, 1]))] = 2.5  # declined: dearer than 1 + 1
     prices[identity_key(multi_output(dag, [1, 2]))] = 1.5  # cheaper than its parts: not declined
     prices[identity_key(multi_output(dag, [0, 2]))] = 9.0  # priced, but not convex
-    found = declined_fusions(dag, plan, lambda c: prices.get(identity_key(c)))
-    assert [sorted(both.nodes) for _, _, both in found] == [[0, 1]]
-    assert declined_fusions(dag, plan, lambda c: None) == []  # nothing priced: nothing to recheck
+    found = declined(dag, plan, lambda c: prices.get(identity_key(c)))
+    assert [[sorted(c.nodes) for c in cands] for cands in found] == [[[0], [1], [0, 1]]]
+    assert declined(dag, plan, lambda c: None) == []  # nothing priced: nothing to recheck
+
+
+def test_a_prologue_is_moved_into_the_kernel_before_and_an_epilogue_into_the_kernel_after():
+    # conv -> relu -> conv -> relu: the plan runs the first relu as the second conv's prologue
+    kind = {0: "linear", 1: "elementwise", 2: "linear", 3: "elementwise"}
+    dag = make_dag({0: (), 1: (0,), 2: (1,), 3: (2,)}, kind=kind)
+    a, b = multi_output(dag, [0]), multi_output(dag, [1, 2, 3])
+    plan = build_plan(dag, [a, b], [1.0, 2.0], "optimal")
+    moved = (multi_output(dag, [0, 1]), multi_output(dag, [2, 3]))
+    prices = {identity_key(a): 1.0, identity_key(b): 2.0, identity_key(moved[0]): 1.5, identity_key(moved[1]): 1.8}
+    found = declined(dag, plan, lambda c: prices.get(identity_key(c)))
+    assert [[sorted(c.nodes) for c in cands] for cands in found] == [[[0], [1, 2, 3], [0, 1], [2, 3]]]
+    prices[identity_key(moved[1])] = 1.4  # the move pays as priced: the solver took it, nothing to recheck
+    assert declined(dag, plan, lambda c: prices.get(identity_key(c))) == []
+    # and the other way: a's relu epilogue into b
+    a, b = multi_output(dag, [0, 1]), multi_output(dag, [2, 3])
+    plan = build_plan(dag, [a, b], [1.0, 1.0], "optimal")
+    prices = {identity_key(a): 1.0, identity_key(b): 1.0, identity_key(multi_output(dag, [0])): 0.9,
+              identity_key(multi_output(dag, [1, 2, 3])): 1.3}
+    found = declined(dag, plan, lambda c: prices.get(identity_key(c)))
+    assert [[sorted(c.nodes) for c in cands] for cands in found] == [[[0, 1], [2, 3], [1, 2, 3], [0]]]
 
 
 def test_a_measurer_without_retime_rechecks_nothing():
