@@ -311,6 +311,17 @@ def test_convs_on_one_input_merge():
     assert report["merge_linear"] == 1 and ops(out).count(Op.CONV) == 1
 
 
+def test_wide_convs_on_one_input_stay_apart():
+    """ResNet's downsample and first 1x1 (256 and 64 channels): merged, the relu on one slice is a
+    pass of its own and the tiles were full anyway."""
+    b = Builder()
+    x = b.input((1, 3, 6, 6), name="x")
+    y1 = b.conv(x, b.constant(rand(64, 3, 3, 3)), None, CONV)
+    y2 = b.conv(x, b.constant(rand(32, 3, 3, 3)), None, CONV)
+    out, report = rewrite(finish(b, b.unary(Op.RELU, y1), y2))
+    assert report["merge_linear"] == 0 and ops(out).count(Op.CONV) == 2
+
+
 # -- Korch's matmul rewrites ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,axes,keep", [((3, 5), [1], True), ((2, 3, 5), [2], False), ((2, 3, 4), [1, 2], False),
