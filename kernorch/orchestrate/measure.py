@@ -31,31 +31,36 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
-# c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only; c15: a
-# convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied; products of
-# a packed weight short along k split rows only (gemm.SHORT_K); c14: a GEMM tile prefetches the next panel of a
-# packed weight, NCHW outputs 2 KiB-strided go through a staging tile, a reduce read through a permutation is
-# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16 tiles
-# (kn_gemm_tile16); c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in
-# registers (kn_dots); c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
+# c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only;
+# c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
+# products of a packed weight short along k split rows only (gemm.SHORT_K);
+# c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
+# staging tile, a reduce read through a permutation is
+# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
+# tiles (kn_gemm_tile16);
+# c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);
+# c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
 # c10: KxK (and strided 1x1) convolutions are generated GEMMs too, each pixel's window of the image a row of A;
 # c9: a 1x1 convolution's computed image (prologue) read channels-last makes pixel rows, computed per row block;
 # GEMM loads are not clamped (contiguous vector loads: one-row dot products 3-6x faster); constant GEMM weights
-# are packed once in panels; c8: depthwise and pixel-rows GEMM weights are read from copies packed once
-# (KernelSpec.packs); c7: one-row products are a dot product per column; c6: channels-last 1x1 convolutions are
-# GEMMs with the pixels as rows; c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
+# are packed once in panels;
+# c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
+# products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
+# c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
 CODEGEN_VERSION = "c16"
-# What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python, ctypes, provider
-# call) and waking a thread pool that another library's kernel just used. Measured on EfficientViT-B0 (98 kernels):
-# run time - sum of isolated kernel times ~= 25 us per kernel. Added to every measured candidate (not stored), so
-# the solver stops splitting work into kernels whose isolated times look free.
+# What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
+# ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
+# on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.
+# Added to every measured candidate (not stored), so the solver stops splitting work into kernels
+# whose isolated times look free.
 KERNEL_OVERHEAD_S = 25e-6
-# A single kernel of a runtime with a thread pool of its own (onnxruntime, OpenVINO) between kernels of kernorch's
-# pool also pays for the switch there and back, which its isolated timing never sees: ~25 us on 2 cores
-# (``python -m bench.pool_switch``). Regions pay it once per region, which their end-to-end timing includes.
+# A single kernel of a runtime with a thread pool of its own (onnxruntime, OpenVINO) between
+# kernels of kernorch's pool also pays for the switch there and back, which its isolated timing
+# never sees: ~25 us on 2 cores (``python -m bench.pool_switch``). Regions pay it once per region,
+# which their end-to-end timing includes.
 POOL_SWITCH_S = 25e-6
-# Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many times, each round
-# after a pause that lets a transient load (a compiler, a cron job) pass.
+# Doubtful prices (trust.needs_remeasure) are measured again after the rest, at most this many
+# times, each round after a pause that lets a transient load (a compiler, a cron job) pass.
 REMEASURE_ROUNDS = 2
 REMEASURE_PAUSE_S = 0.25
 RETIME_ROUNDS = 3  # MeasuredCost.retime: rounds of timing every kernel in turn
