@@ -43,8 +43,8 @@ def overwritable(g: Graph, members: Sequence[int], inputs: Sequence[int], output
         dependent = _dependents(u, readers)
         if dependent is None:
             continue
-        outs = [o for o in outputs if o in dependent and o not in taken]
-        if len(outs) != 1 or len([o for o in outputs if o in dependent]) != 1:
+        outs = [o for o in outputs if o in dependent]
+        if len(outs) != 1 or outs[0] in taken:
             continue
         o = outs[0]
         same = g.types[o].dtype == g.types[u].dtype and tuple(g.types[o].shape) == tuple(g.types[u].shape)
