@@ -35,11 +35,6 @@ HEADER = '''import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-_INF = tl.constexpr(float("inf"))
-_NINF = tl.constexpr(float("-inf"))
-_NAN = tl.constexpr(float("nan"))
-
-
 @triton.jit
 def _floordiv(x, d):
     r = x % d
@@ -67,8 +62,8 @@ def _imod(a, b):
 
 
 @triton.jit
-def _fmod(a, b):
-    r = a % b
+def _floor_mod(r, b):
+    # r is the truncated remainder (C fmod) of a by b; the prim's mod takes the sign of b.
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 
 
@@ -86,7 +81,7 @@ def _pow(a, b):
     whole = b == tl.floor(b)
     odd = whole & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
     p = tl.where((a < 0) & odd, -p, p)
-    p = tl.where((a < 0) & (whole == 0), _NAN, p)
+    p = tl.where((a < 0) & (whole == 0), float("nan"), p)
     return tl.where(b == 0.0, 1.0, p)
 
 
@@ -103,12 +98,13 @@ FLOAT = {
     "sin": "tl.sin({0})", "cos": "tl.cos({0})", "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, {0}))",
     "isnan": "({0} != {0})", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "max": "tl.where(({0} > {1}) | ({0} != {0}), {0}, {1})", "min": "tl.where(({0} < {1}) | ({0} != {0}), {0}, {1})",
-    "mod": "_fmod({0}, {1})",
 }
+# Triton's float % on the GPU is a - trunc(a / b) * b (inf for tiny b); libdevice.fmod is exact, and the
+# interpreter's % is numpy's fmod.
 GPU_MATH = {"tanh": "libdevice.tanh({0})", "log1p": "libdevice.log1p({0})", "pow": "libdevice.pow({0}, {1})",
-            "round": "libdevice.rint({0})"}
+            "round": "libdevice.rint({0})", "mod": "_floor_mod(libdevice.fmod({0}, {1}), {1})"}
 CORE_MATH = {"tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))", "log1p": "tl.log(1.0 + {0})", "pow": "_pow({0}, {1})",
-             "round": "_rint({0})"}
+             "round": "_rint({0})", "mod": "_floor_mod(({0} % {1}), {1})"}
 INT = {
     "neg": "(-{0})", "abs": "tl.abs({0})", "relu": "tl.where({0} > 0, {0}, 0)",
     "sign": "(({0} > 0).to({t}) - ({0} < 0).to({t}))", "add": "({0} + {1})", "sub": "({0} - {1})",
@@ -142,7 +138,8 @@ def can_generate_triton(g: Graph, members, outputs) -> bool:
 
 
 def literal(value, dtype: str) -> str:
-    return literals.literal(value, dtype, "_NAN", "_INF", "_NINF", "", lambda v, _: str(v))
+    # Literals, not module globals: Triton checks at each launch that globals kept their value, and nan != nan.
+    return literals.literal(value, dtype, 'float("nan")', 'float("inf")', 'float("-inf")', "", lambda v, _: str(v))
 
 
 def full(shape: str, value, dtype: str) -> str:

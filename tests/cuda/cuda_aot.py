@@ -56,6 +56,9 @@ def compile_spec(spec, triton, ASTSource, GPUTarget) -> None:
         sig = {a: TY[d] for a, d in zip(fn.arg_names, dtypes)}
         k = triton.compile(ASTSource(fn, sig), target=GPUTarget("cuda", 90, 32), options={"num_warps": grp.warps})
         assert k.asm.get("cubin"), f"{grp.name}: no cubin"
+        fn.cache_key  # noqa: B018 - hashing records the globals each launch re-checks with !=
+        unequal = [name for (name, _), (value, _) in fn.used_global_vals.items() if value != value]
+        assert not unequal, f"{grp.name}: globals a launch finds changed (nan != nan): {unequal}"
 
 
 def main() -> None:
