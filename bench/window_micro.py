@@ -1,14 +1,15 @@
 """Micro-benchmark of a generated convolution GEMM's windows: row blocks inside the image read in
 place through the taps' offsets (``kn_window_tile``, the default) against every block copied
-first (``kn_window_rows``, gemm.WINDOWS_IN_PLACE off), with oneDNN's prepacked convolution on
-the same tensors for scale. Calls of the variants alternate in one process, so the machine's
-drift hits them alike.
+first (``kn_window_rows``, gemm.WINDOWS_IN_PLACE off), both with Winograd off, against the
+Winograd F(6,3) kernel where it is taken (codegen/winograd.py: 3x3, unit strides, channels-last)
+and oneDNN's prepacked convolution on the same tensors. Calls of the variants alternate in one
+process, so the machine's drift hits them alike.
 
     python -m bench.window_micro [--threads 2] [--repeat 30] [--rounds 3]
 
 Prints a table; asserts nothing (timings belong here, not in tests). Shapes: stems on NCHW
 images (ResNet-50's 7x7/2, MobileNetV3's 3x3/2, candy's 9x9), ResNet-50's 3x3s and strided 1x1
-on channels-last images.
+on channels-last images, and its 3x3s at 28x28.
 """
 
 from __future__ import annotations
@@ -20,18 +21,20 @@ import numpy as np
 import torch
 
 from bench.gemm_micro import _generated, _median_us
-from kernorch.codegen import gemm
+from kernorch.codegen import gemm, winograd
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
 
 # name: (Cin, Cout, side, kernel, stride, channels-last image)
 SHAPES = {"resnet50 stem 7x7/2": (3, 64, 224, 7, 2, False), "mobilenetv3 stem 3x3/2": (3, 16, 224, 3, 2, False),
           "candy 9x9 3->32": (3, 32, 224, 9, 1, False), "resnet50 3x3 64 @56": (64, 64, 56, 3, 1, True),
-          "resnet50 3x3 256 @14": (256, 256, 14, 3, 1, True), "resnet50 1x1/2 512->1024": (512, 1024, 28, 1, 2, True)}
+          "resnet50 3x3 128 @28": (128, 128, 28, 3, 1, True), "resnet50 3x3 256 @14": (256, 256, 14, 3, 1, True),
+          "resnet50 1x1/2 512->1024": (512, 1024, 28, 1, 2, True)}
 
 
 def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threads: int, rng):
-    """(generated call with windows read in place, the same with windows copied, oneDNN's call)."""
+    """(generated call with windows read in place, the same with windows copied, the Winograd
+    kernel or None where it is not taken, oneDNN's call)."""
     pad = k // 2
     shape = (1, side, side, cin) if nhwc else (1, cin, side, side)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -43,13 +46,15 @@ def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threa
     y = b.conv(image, b.constant(w), b.constant(bias), attrs)
     y = b.permute(y, (0, 2, 3, 1)) if nhwc else y
     calls = []
-    default = gemm.WINDOWS_IN_PLACE
-    for in_place in (True, False):
-        gemm.WINDOWS_IN_PLACE = in_place
+    default = gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD
+    for in_place, wino in ((True, False), (False, False), (True, True)):
+        gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD = in_place, wino
         try:
             calls.append(_generated(b, y, threads, [x]))
         finally:
-            gemm.WINDOWS_IN_PLACE = default
+            gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD = default
+    taken = k == 3 and stride == 1 and nhwc and side >= winograd.MIN_WIDTH and cout >= winograd.MIN_CHANNELS
+    calls[2] = calls[2] if taken else None
     xt = torch.from_numpy(x).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(x)
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
     packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [pad] * 2, [stride] * 2, [1, 1], 1, list(xt.shape))
@@ -67,15 +72,18 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"threads={args.threads}, median over {args.rounds} alternated rounds of {args.repeat} calls, us")
-    print(f"{'convolution':26} {'in place':>10} {'copied':>10} {'copied/in place':>16} {'oneDNN':>10}")
+    print(f"{'convolution':26} {'in place':>10} {'copied':>10} {'copied/in place':>16} {'Winograd':>10} "
+          f"{'in place/Winograd':>18} {'oneDNN':>10}")
     for name, shape in SHAPES.items():
         calls = _case(*shape, args.threads, rng)
         times = [[] for _ in calls]
         for _ in range(args.rounds):
             for t, call in zip(times, calls):
-                t.append(_median_us(call, args.repeat))
-        med = [statistics.median(t) for t in times]
-        print(f"{name:26} {med[0]:10.1f} {med[1]:10.1f} {med[1] / med[0]:16.2f} {med[2]:10.1f}", flush=True)
+                if call is not None:
+                    t.append(_median_us(call, args.repeat))
+        med = [statistics.median(t) if t else None for t in times]
+        wino = (f"{med[2]:10.1f} {med[0] / med[2]:18.2f}" if med[2] else f"{'-':>10} {'-':>18}")
+        print(f"{name:26} {med[0]:10.1f} {med[1]:10.1f} {med[1] / med[0]:16.2f} {wino} {med[3]:10.1f}", flush=True)
 
 
 if __name__ == "__main__":

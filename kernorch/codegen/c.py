@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kernorch.codegen import literals
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
+from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
 from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.ir import index as ix
@@ -86,7 +87,7 @@ static inline double kn_seld(uint8_t c, double a, double b) {
   union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c;
   r.i = (x.i & m) | (y.i & ~m); return r.f; }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-%(gemm)s%(transpose)s""" % {"gemm": GEMM_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+%(gemm)s%(winograd)s%(transpose)s""" % {"gemm": GEMM_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 

@@ -133,8 +133,9 @@ class KernelSpec(SpecHeader):
 
     body: tuple[Stmt, ...]
     workspace: int = 0
-    # (input position, permutation of its dims, panel width): the kernel reads that input, a
-    # constant weight, as ``x.permute(perm).contiguous()`` (panel 0), or that as a (K, N) matrix
-    # cut into zero-padded panels of ``panel`` columns, (npanels, K, panel): a copy its runner
-    # makes once, in the order its loops read it (``packing.packed_copy``)
-    packs: tuple[tuple[int, tuple[int, ...], int], ...] = ()
+    # (input position, permutation of its dims, panel width, transform): the kernel reads that
+    # input, a constant weight, as ``x.permute(perm).contiguous()`` (panel 0), or that as a (K, N)
+    # matrix cut into zero-padded panels of ``panel`` columns, (npanels, K, panel), or its
+    # ``transform`` (packing.TRANSFORMS): a copy its runner makes once, in the order its loops
+    # read it (``packing.packed_copy``)
+    packs: tuple[tuple[int, tuple[int, ...], int, str], ...] = ()

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from kernorch.codegen import gemm, indexing, transpose
+from kernorch.codegen import gemm, indexing, transpose, winograd
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
@@ -68,8 +68,10 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     if reason is not None:
         raise CannotGenerate(reason)
     threads = num_threads or default_threads()
-    if gemm.why_not(g, kernel_prims(g, members), outputs) is None:
-        return gemm.GemmLowerer(g, members, list(outputs), threads).run(name)
+    prims = kernel_prims(g, members)
+    if gemm.why_not(g, prims, outputs) is None:
+        lowerer = winograd.WinogradLowerer if winograd.why_not(g, prims, outputs) is None else gemm.GemmLowerer
+        return lowerer(g, members, list(outputs), threads).run(name)
     g, members = permuted_reduces(g, members, outputs)
     return _Lowerer(g, members, list(outputs), threads).run(name)
 

@@ -59,23 +59,26 @@ class KernelLowerer:
         ins, _ = g.boundary(members)
         self.imm = {v: g.constants[v].reshape(()) for v in ins if v in g.constants and g.constants[v].size == 1}
         self.ext = [v for v in ins if v not in self.imm]
-        self.packs: dict[int, tuple[tuple[int, ...], int]] = {}  # constant input -> (dim order, panel width)
+        # constant input -> (dim order, panel width, transform)
+        self.packs: dict[int, tuple[tuple[int, ...], int, str]] = {}
 
-    def pack(self, v: int, perm: tuple[int, ...], panel: int = 0) -> None:
+    def pack(self, v: int, perm: tuple[int, ...], panel: int = 0, transform: str = "") -> None:
         """Read constant input ``v`` with its dims in ``perm`` order, or with ``panel`` that as a
-        (K, N) matrix in panels of ``panel`` columns (a copy the runner makes once,
-        ``packing.packed_copy``). A panel-packed input is read through a pointer, never by index."""
-        if v in self.ext and v in self.g.constants and (panel or tuple(perm) != tuple(range(len(perm)))):
-            self.packs[v] = (tuple(perm), panel)
+        (K, N) matrix in panels of ``panel`` columns, or ``transform``ed (``packing.TRANSFORMS``):
+        a copy the runner makes once, ``packing.packed_copy``. A panel-packed input is read
+        through a pointer, never by index."""
+        if v in self.ext and v in self.g.constants and (panel or transform or tuple(perm) != tuple(range(len(perm)))):
+            self.packs[v] = (tuple(perm), panel, transform)
 
     def pack_notes(self) -> tuple[str, ...]:
-        return tuple(f"in{self.ext.index(v)} packed once with its dims in order {perm}"
+        return tuple(f"in{self.ext.index(v)} packed once " + (f"as its {transform} transform" if transform else
+                                                               f"with its dims in order {perm}")
                      + (f", in panels of {panel} columns" if panel else "")
-                     for v, (perm, panel) in self.packs.items())
+                     for v, (perm, panel, transform) in self.packs.items())
 
-    def pack_specs(self) -> tuple[tuple[int, tuple[int, ...], int], ...]:
-        """``KernelSpec.packs``: (input position, permutation, panel width) of every packed input."""
-        return tuple((self.ext.index(v), perm, panel) for v, (perm, panel) in self.packs.items())
+    def pack_specs(self) -> tuple[tuple[int, tuple[int, ...], int, str], ...]:
+        """``KernelSpec.packs``: (input position, permutation, panel width, transform) of every packed input."""
+        return tuple((self.ext.index(v), perm, panel, transform) for v, (perm, panel, transform) in self.packs.items())
 
     def assign_buffers(self, sch: Schedule, forced: set[int] = frozenset(), arena: bool = True) -> tuple[Arg, ...]:
         """Give a buffer (``self.buf``: value -> name) to every input, output and scratch value:
@@ -122,7 +125,7 @@ class KernelLowerer:
 
     # -- reads ------------------------------------------------------------------------------
     def _flat(self, v: int, idx: Sequence[ix.Expr]) -> ix.Expr:
-        shape, (perm, panel) = self.g.types[v].shape, self.packs.get(v, (None, 0))
+        shape, (perm, panel, _) = self.g.types[v].shape, self.packs.get(v, (None, 0, ""))
         assert not panel, "a panel-packed input is read through its pointer"
         if perm is not None:
             return indexing.flat([idx[d] for d in perm], [shape[d] for d in perm], self.vs.sizes)

@@ -16,10 +16,21 @@ import torch
 import torch.nn.functional as F
 
 
-def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], panel: int) -> torch.Tensor:
+TRANSFORMS = ("winograd63",)  # winograd.transformed_weight: a 3x3 weight as Winograd F(6,3)'s U, in panels
+
+
+def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], panel: int,
+                transform: str = "") -> torch.Tensor:
     """``t`` (of ``shape``) with its dims in ``perm`` order, contiguous; with ``panel`` > 0 that
     as a (K, N) matrix (N: the last dim, K: the others) in zero-padded panels of ``panel``
-    columns, shape (npanels, K, panel): panel p holds columns p*panel .. p*panel + panel - 1."""
+    columns, shape (npanels, K, panel): panel p holds columns p*panel .. p*panel + panel - 1.
+    A ``transform`` (one of TRANSFORMS) replaces both."""
+    if transform == "winograd63":
+        from kernorch.codegen.winograd import transformed_weight  # the module that reads it
+
+        return transformed_weight(t.reshape(tuple(shape)), panel)
+    if transform:
+        raise ValueError(f"unknown weight transform {transform!r}")
     x = t.reshape(tuple(shape)).permute(tuple(perm))
     if not panel:
         return x.contiguous()

@@ -88,13 +88,14 @@ class CKernel(Kernel):
         if not self.spec.packs:
             return ins
         out = list(ins)
-        for pos, perm, panel in self.spec.packs:
+        for pos, perm, panel, transform in self.spec.packs:
             t = ins[pos]
             if t is None:
                 continue
             held = self._packed.get(pos)
             if held is None or held[0] is not t:
-                held = self._packed[pos] = (t, packed_copy(t, self.in_types[pos].shape, perm, panel))
+                held = self._packed[pos] = (t, packed_copy(t, self.in_types[pos].shape, perm, panel,
+                                                                   transform))
             out[pos] = held[1]
         return out
 

@@ -19,6 +19,7 @@ from typing import Any
 from kernorch.codegen.build import function as library_function, load as load_library
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.linear import LinearKernel
+from kernorch.codegen.packing import TRANSFORMS
 from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import CompilerError, KernorchError
 from kernorch.ir.graph import Graph
@@ -171,7 +172,7 @@ def _kernel_record(kern, w: saved.Writer) -> dict:
     if isinstance(kern, CKernel):
         return {"kind": "c", "inputs": list(kern.inputs), "function": kern.spec.name, "threads": kern.num_threads,
                 "workspace": kern.spec.workspace, "key": kern.spec.key,
-                "packs": [[pos, list(perm), panel] for pos, perm, panel in kern.spec.packs],
+                "packs": [[pos, list(perm), panel, transform] for pos, perm, panel, transform in kern.spec.packs],
                 "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
     if isinstance(kern, ProviderKernel):
         prov = _provider(kern.provider, kern.built.state["threads"])
@@ -214,15 +215,18 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
 
 
-def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...], int]:
-    """One (input position, permutation, panel width) of a kernel's packed constants, checked
-    (a record without the width, from before panels, packs no panels)."""
+def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...], int, str]:
+    """One (input position, permutation, panel width, transform) of a kernel's packed constants,
+    checked (a record without the width, from before panels, packs no panels; one without the
+    transform, from before transforms, none)."""
     pos, perm = saved.as_int(rec[0]), tuple(saved.as_int(d) for d in rec[1])
     panel = saved.as_int(rec[2]) if len(rec) > 2 else 0
+    transform = rec[3] if len(rec) > 3 else ""
     if not 0 <= pos < len(inputs) or inputs[pos] not in g.constants \
-            or sorted(perm) != list(range(len(g.types[inputs[pos]].shape))) or not 0 <= panel <= 4096:
-        raise KernorchError(f"implausible packed input {pos} {perm} {panel}")
-    return pos, perm, panel
+            or sorted(perm) != list(range(len(g.types[inputs[pos]].shape))) or not 0 <= panel <= 4096 \
+            or not (transform == "" or transform in TRANSFORMS):
+        raise KernorchError(f"implausible packed input {pos} {perm} {panel} {transform!r}")
+    return pos, perm, panel, transform
 
 
 def kernel_members(g: Graph, rec: dict) -> tuple[set[int], list[int]]:

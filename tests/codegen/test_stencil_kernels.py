@@ -79,7 +79,7 @@ def test_packed_weight_follows_a_new_weight_tensor():
     input position is packed again, never served the stale copy."""
     g, members, outputs = _channels_last_depthwise()
     kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
-    (pos, _, _), = kernel.spec.packs
+    (pos, _, _, _), = kernel.spec.packs
     rng = np.random.default_rng(7)
     ins = [rng.standard_normal(t.shape).astype(np.float32) for t in kernel.in_types]
     tensors = [torch.from_numpy(a) for a in ins]

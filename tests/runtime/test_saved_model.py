@@ -211,3 +211,30 @@ def test_packed_weights_round_trip(tmp_path):
     assert any(k.get("packs") for k in record["kernels"])
     assert np.array_equal(kernorch.load(d)(x.numpy()), got)
     assert np.array_equal(kernorch.load(d, trust_libraries=True)(x.numpy()), got)
+
+
+def test_winograd_weights_round_trip(tmp_path):
+    """A Winograd convolution reads its weight transformed once (codegen/winograd.py): the
+    transform is saved with the kernel and both loaders rebuild it."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+
+    class ChannelsLast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(16, 24, 3, padding=1)
+
+        def forward(self, x):  # an NHWC image: the convolution reads its channels in place
+            return torch.relu(self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
+
+    net, x = ChannelsLast().eval(), torch.randn(1, 10, 26, 16)
+    model = kernorch.compile(net, x, cost="model", regions=False, providers=(), threads=2, progress=False,
+                             db=tmp_path / "db.sqlite")
+    assert any(getattr(k, "source", "").count("kn_wino_tile(") > 1 for k in model.executable.kernels)
+    got = model(x.numpy())
+    assert np.abs(got - net(x).detach().numpy()).max() <= 1e-4
+    d = model.save(tmp_path / "winograd")
+    record = json.loads((d / "model.json").read_text())
+    assert any(p[3] == "winograd63" for k in record["kernels"] for p in k.get("packs", []))
+    assert np.array_equal(kernorch.load(d)(x.numpy()), got)
+    assert np.array_equal(kernorch.load(d, trust_libraries=True)(x.numpy()), got)
