@@ -128,12 +128,7 @@ class GemmLowerer(KernelLowerer):
         # buffers: the inputs and the outputs; the B panel and the tile are per-thread arrays
         self.inline = set(self.producers) - {lin.output}  # A is read through its pointer, never inlined
         self.guarded = self._selected_inputs()
-        self.buf = {}
-        args = []
-        for role, vals in (("in", self.ext), ("out", self.outputs)):
-            for k, v in enumerate(vals):
-                self.buf[v] = f"{role}{k}"
-                args.append(Arg(self.buf[v], g.types[v].dtype, g.types[v].size, role))
+        args = self._buffers()
 
         u = vs.new(nb * upan * chunks)
         sizes = vs.sizes
@@ -169,13 +164,7 @@ class GemmLowerer(KernelLowerer):
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
         self.col = indexing.normalize(col0 + ix.var(c), sizes)
         idx = prod.out_index(g, bidx, self.row, self.col, sizes)
-        body = Body(self.names)
-        self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        coords = coords_of(g, self.prims, lin)
-        stores = []
-        for v in self.outputs:  # each output at the tile element's position in its own dims
-            own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
-            stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
+        body, stores = self._tile_stores(idx, sizes)
         staged = self._staged_store(stores, r, c, rows, cols) if gemv is None else None
         tile_stores = (staged[0],) if staged else tuple(stores)
         epilogue = (Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *tile_stores), simd=True),)),
@@ -237,9 +226,33 @@ class GemmLowerer(KernelLowerer):
         note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {self.nr} columns x {chunks} row chunks{order}, "
                 f"{how}{role}")
         key = g.kernel_key(set(self.producers), self.outputs)
-        return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
+        return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+
+    def _buffers(self) -> tuple[Arg, ...]:
+        """The kernel's arguments: inputs ``in0``.., then outputs ``out0``.. (their names in ``self.buf``)."""
+        g, args = self.g, []
+        self.buf = {}
+        for role, vals in (("in", self.ext), ("out", self.outputs)):
+            for k, v in enumerate(vals):
+                self.buf[v] = f"{role}{k}"
+                args.append(Arg(self.buf[v], g.types[v].dtype, g.types[v].size, role))
+        return tuple(args)
+
+    def _tile_stores(self, idx: list, sizes) -> tuple[Body, list[Store]]:
+        """The epilogue of the tile element at (``self.row``, ``self.col``), the product's output
+        index ``idx``: (its statements, a store of each kernel output at the element's position
+        in that output's own dims)."""
+        g = self.g
+        body = Body(self.names)
+        self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
+        coords = coords_of(g, self.prims, self.prod.prim)
+        stores = []
+        for v in self.outputs:
+            own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
+            stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
+        return body, stores
 
     def _staged_store(self, stores: list, r: int, c: int, rows: ix.Expr, cols: ix.Expr) -> tuple | None:
         """For one output stored with the tile's rows contiguous and its columns a multiple of

@@ -32,9 +32,8 @@ import torch
 from kernorch.codegen import indexing
 from kernorch.codegen.gemm import GemmLowerer
 from kernorch.codegen.gemm_helpers import NR, NR_NARROW
-from kernorch.codegen.gemm_product import coords_of, product_of, unflatten
-from kernorch.codegen.kernel import Arg, Call, Decl, KernelSpec, Loop, Parallel, Store
-from kernorch.codegen.scalar import Body, Inliner
+from kernorch.codegen.gemm_product import product_of, unflatten
+from kernorch.codegen.kernel import Call, Decl, KernelSpec, Loop, Parallel
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Prim
@@ -115,11 +114,7 @@ class WinogradLowerer(GemmLowerer):
 
         self.inline = set(self.producers) - {lin.output}
         self.guarded = self._selected_inputs()
-        self.buf, args = {}, []
-        for role, vals in (("in", self.ext), ("out", self.outputs)):
-            for k, v in enumerate(vals):
-                self.buf[v] = f"{role}{k}"
-                args.append(Arg(self.buf[v], g.types[v].dtype, g.types[v].size, role))
+        args = self._buffers()
         weight = lin.inputs[1]
         self.pack(weight, tuple(range(4)), NR, TRANSFORM)
 
@@ -146,13 +141,7 @@ class WinogradLowerer(GemmLowerer):
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
         self.col = indexing.normalize(col0 + ix.var(c), sizes)
         idx = prod.out_index(g, bidx, self.row, self.col, sizes)
-        body = Body(self.names)
-        self.epilogue = inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        coords = coords_of(g, self.prims, lin)
-        stores = []
-        for v in self.outputs:
-            own = [idx[d] if d is not None else ix.const(0) for d in coords[v]]
-            stores.append(Store(self.buf[v], self._flat(v, own), body.cast(inl.value(v, own), g.types[v].dtype)))
+        body, stores = self._tile_stores(idx, sizes)
         epilogue = Loop(r, ix.const(0), rows, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
 
         image = (self.buf[prod.a_src], indexing.normalize(ix.const(prod.a_offset) + bt * prod.a_strides[0], sizes))
@@ -172,7 +161,7 @@ class WinogradLowerer(GemmLowerer):
                 f"tiles of {TILE} pixels of a row, {POINTS} products of {TILES}x{k3} @ {k3}x{NR} per block and "
                 f"panel of {NR} channels (the image read channels-last in place)")
         key = g.kernel_key(set(self.producers), self.outputs)
-        return KernelSpec(name=name or f"kn_{key[:16]}", args=tuple(args), body=(par,), sizes=tuple(sizes),
+        return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
 
