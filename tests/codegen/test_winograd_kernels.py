@@ -60,7 +60,7 @@ def built():
 def test_winograd_matches_interpreter(built, name):
     g, members, outputs, kernel = built[name]
     assert winograd.why_not(g, kernel_prims(g, members), outputs) is None
-    assert "kn_wino_tile(" in kernel.source and any("Winograd" in n for n in kernel.spec.notes)
+    assert kernel.source.count("kn_wino_tile(") > 1 and any("Winograd" in n for n in kernel.spec.notes)  # called
     fed = feeds(g, seed=3)
     g.outputs = list(outputs)
     ref = interp.run(g, fed)
@@ -75,7 +75,7 @@ def test_winograd_matches_interpreter(built, name):
 def test_other_convolutions_stay_gemms(built, name):
     g, members, outputs, kernel = built[name]
     assert winograd.why_not(g, kernel_prims(g, members), outputs) is not None
-    assert "kn_wino_tile(" not in kernel.source.split("void kn_wino_tile")[-1]
+    assert kernel.source.count("kn_wino_tile(") == 1  # the header's definition only
     fed = feeds(g, seed=3)
     g.outputs = list(outputs)
     ok, _, detail = oracle.compare(kernel.run(inputs_for(kernel, g, fed))[0], interp.run(g, fed)[outputs[0]])
