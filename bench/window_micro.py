@@ -22,6 +22,7 @@ import torch
 
 from bench.gemm_micro import _generated, _median_us
 from kernorch.codegen import gemm, winograd
+from kernorch.codegen.feasible import kernel_prims
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
 
@@ -53,7 +54,8 @@ def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threa
             calls.append(_generated(b, y, threads, [x]))
         finally:
             gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD = default
-    taken = k == 3 and stride == 1 and nhwc and side >= winograd.MIN_WIDTH and cout >= winograd.MIN_CHANNELS
+    b.g.outputs = [y]
+    taken = winograd.why_not(b.g, kernel_prims(b.g, {p.output for p in b.g.prims}), [y]) is None
     calls[2] = calls[2] if taken else None
     xt = torch.from_numpy(x).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(x)
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
