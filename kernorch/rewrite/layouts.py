@@ -10,14 +10,21 @@ the solver cuts decides where layouts change, and a lone permutation kernel is a
 conversion with its own measured cost. Kernels that hold both views of a pair see plain NCHW,
 so every plan of the graph without the pairs is still a plan of the graph with them.
 
+An elementwise value computed from a convolution's output (its activation, ahead of a squeeze-and-
+excitation block's pooling or a residual's second reader) is paired too when a cut is likely there:
+it has several readers or a reduction reads it. Unpaired, a kernel ending there had to write NCHW,
+so MobileNetV3's depthwise convolutions stored their channels-last result transposed and its pooling
+read it back across channels.
+
 Applied after the rewrites (``view_chain`` would cancel each pair)."""
 
 from __future__ import annotations
 
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder, Graph
-from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.ir.prims import Kind, Op, Prim, ValueId
 
+PAIR_ACTIVATION_CUTS = True  # pair activation_cuts too; off: an A/B switch
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
@@ -26,6 +33,24 @@ def is_layout_pair_target(g: Graph, p: Prim) -> bool:
     """A 2-D convolution on float data whose activation is computed or fed at run time."""
     return (p.op is Op.CONV and len(g.types[p.output].shape) == 4
             and g.types[p.output].dtype in ("float32", "float64"))
+
+
+def activation_cuts(g: Graph) -> set[ValueId]:
+    """Elementwise values computed from convolution outputs (through elementwise prims only), 4-D
+    floats with more than one pixel, that several prims or a reduction read: where kernels end."""
+    readers = g.consumers()
+    near = {p.output for p in g.prims if is_layout_pair_target(g, p)}
+    cuts = set()
+    for p in g.prims:
+        t = g.types[p.output]
+        if (p.kind is not Kind.ELEMENTWISE or not near.intersection(p.inputs) or len(t.shape) != 4
+                or t.dtype not in ("float32", "float64") or t.shape[2] * t.shape[3] == 1):
+            continue
+        near.add(p.output)
+        rs = readers.get(p.output, [])
+        if len(rs) > 1 or any(r.kind is Kind.REDUCE for r in rs):
+            cuts.add(p.output)
+    return cuts
 
 
 def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
@@ -49,6 +74,8 @@ def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     targets = {p.output for p in g.prims if is_layout_pair_target(g, p)}
     targets |= {p.inputs[0] for p in g.prims
                 if is_layout_pair_target(g, p) and p.inputs[0] not in g.constants}
+    if PAIR_ACTIVATION_CUTS:
+        targets |= activation_cuts(g)
     nhwc: dict[ValueId, ValueId] = {}  # paired activation -> its channels-last view
 
     def to_nhwc(v: ValueId, origin: str) -> None:

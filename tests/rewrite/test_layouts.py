@@ -14,7 +14,7 @@ from kernorch.ir.prims import ConvAttrs, Op
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.partition import partition
-from kernorch.rewrite.layouts import channels_last_pairs
+from kernorch.rewrite.layouts import activation_cuts, channels_last_pairs
 
 
 def _two_convs():
@@ -64,6 +64,34 @@ def test_every_reader_of_a_paired_value_has_its_own_view_back():
     assert back_for_add.output != back_for_conv.output  # each reader has its own view back ...
     assert back_for_add.inputs == back_for_conv.inputs  # ... of one shared NHWC view
     assert paired.outputs[1] == g.outputs[1]  # the graph output stays the plain value
+
+
+def _squeeze_excite():
+    """conv -> relu -> a = relu * sigmoid(relu) (read by a pooling and a scale), then conv(a * se):
+    the shape of MobileNetV3's blocks."""
+    rng = np.random.default_rng(0)
+    b = Builder()
+    x = b.input((1, 4, 6, 6))
+    w1, w2 = (b.constant(rng.standard_normal((4, 4, 1, 1)).astype(np.float32)) for _ in range(2))
+    one = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1)
+    r = b.unary(Op.RELU, b.conv(x, w1, None, one))
+    a = b.binary(Op.MUL, r, b.unary(Op.SIGMOID, r))
+    se = b.unary(Op.SIGMOID, b.reduce(Op.SUM, a, (2, 3)))
+    b.g.outputs = [b.conv(b.binary(Op.MUL, a, se), w2, None, one)]
+    return b.g, r, a
+
+
+def test_activation_read_by_a_pooling_and_a_scale_is_paired():
+    """Kernels end at the activation (a reduction and a scale read it): pairing it lets the
+    kernel before it write channels-last; values inside the chain stay unpaired."""
+    g, r, a = _squeeze_excite()
+    assert activation_cuts(g) == {r, a}  # relu's output has two readers too
+    paired, n = channels_last_pairs(g)
+    assert n == 6  # two convolutions' activations and results, relu's output and a
+    feeds = {g.inputs[0]: np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(interp.run(g, feeds)[g.outputs[0]], interp.run(paired, feeds)[g.outputs[0]])
+    nhwc_of = {p.inputs[0] for p in paired.prims if p.op is Op.VIEW and paired.types[p.output].shape == (1, 6, 6, 4)}
+    assert {r, a} <= nhwc_of
 
 
 def _residual_blocks(blocks: int):
