@@ -1,9 +1,11 @@
-"""End-to-end A/B of the Winograd 3x3 convolutions (kernorch/codegen/winograd.py): a bench model
-compiled kn-own (measured costs, no provider regions) twice, with ``winograd.WINOGRAD`` on and off,
-each on its own tuning database (the database does not key on the switch), then both timed with
-onnxruntime and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
+"""End-to-end A/B of one of kernorch's A/B switches (SWITCHES: the Winograd 3x3 convolutions of
+kernorch/codegen/winograd.py, the activation layout pairs of kernorch/rewrite/layouts.py): a bench
+model compiled kn-own (measured costs, no provider regions) twice, with the switch on and off, each on
+its own tuning database (the database does not key on the switch), then both timed with onnxruntime
+and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
 
-    python -m bench.winograd_ab resnet50 [--small] [--repeats 20] [--db DIR] [--threads 2]
+    python -m bench.switch_ab resnet50 [--switch winograd] [--small] [--repeats 20] [--db DIR] [--threads 2]
+    python -m bench.switch_ab mobilenetv3_large --switch activation-pairs
 
 Prints a table; asserts nothing. The two compiles measure every candidate (minutes each): run it
 alone, nothing else on the machine.
@@ -20,42 +22,52 @@ from types import SimpleNamespace
 from bench import peers
 from bench.run import load_model
 from kernorch.codegen import winograd
+from kernorch.rewrite import layouts
+
+SWITCHES = {  # name -> (module, flag)
+    "winograd": (winograd, "WINOGRAD"),
+    "activation-pairs": (layouts, "PAIR_ACTIVATION_CUTS"),
+}
 
 
-def _compile(m: dict, db: Path, threads: int, on: bool):
-    default = winograd.WINOGRAD
-    winograd.WINOGRAD = on
+def _compile(m: dict, db: Path, threads: int, switch: str, on: bool):
+    module, flag = SWITCHES[switch]
+    default = getattr(module, flag)
+    setattr(module, flag, on)
     try:
         return peers.kernorch_compile(m["path"], "optimal", None, db, threads, regions=False)
     finally:
-        winograd.WINOGRAD = default
+        setattr(module, flag, default)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
+    ap.add_argument("--switch", choices=sorted(SWITCHES), default="winograd")
     ap.add_argument("--small", action="store_true", help="the model's small input size")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--db", default=None, help="folder for the two tuning databases (default: a temporary one)")
     args = ap.parse_args(argv)
     m = load_model(args.model, SimpleNamespace(small=args.small, exporter="torchscript"))
-    folder = Path(args.db or tempfile.mkdtemp(prefix="kn-winograd-"))
+    folder = Path(args.db or tempfile.mkdtemp(prefix=f"kn-{args.switch}-"))
     folder.mkdir(parents=True, exist_ok=True)
     runners = {"onnxruntime": peers.ort_runner("ort", m["path"], m["feeds"], args.threads, True)}
     if peers.openvino_available():
         runners["openvino f32"] = peers.openvino_runner(m["path"], m["feeds"], args.threads)
-    for label, on in (("kn-own, Winograd off", False), ("kn-own, Winograd on", True)):
-        model, wall = _compile(m, folder / f"winograd-{'on' if on else 'off'}.sqlite", args.threads, on)
+    for on in (False, True):
+        label = f"kn-own, {args.switch} {'on' if on else 'off'}"
+        db = folder / f"{args.switch}-{'on' if on else 'off'}.sqlite"
+        model, wall = _compile(m, db, args.threads, args.switch, on)
         runners[label] = peers.kernorch_runner(label, model, m["feeds"], wall)
         print(f"{label}: compiled in {wall:.0f} s, {len(model.kernels)} kernels", flush=True)
     samples = peers.interleaved({k: r for k, r in runners.items()}, args.repeats, 0.05, 1.0)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items() if v}
     ref = med["onnxruntime"]
     print(f"{args.model}, {args.threads} threads, median of {args.repeats} interleaved samples")
-    print(f"{'runtime':24} {'ms':>9} {'onnxruntime / this':>19}")
+    print(f"{'runtime':32} {'ms':>9} {'onnxruntime / this':>19}")
     for k, v in med.items():
-        print(f"{k:24} {v:9.2f} {ref / v:19.2f}")
+        print(f"{k:32} {v:9.2f} {ref / v:19.2f}")
 
 
 if __name__ == "__main__":
