@@ -61,7 +61,7 @@ def main(argv=None) -> None:
         model, wall = _compile(m, db, args.threads, args.switch, on)
         runners[label] = peers.kernorch_runner(label, model, m["feeds"], wall)
         print(f"{label}: compiled in {wall:.0f} s, {len(model.kernels)} kernels", flush=True)
-    samples = peers.interleaved({k: r for k, r in runners.items()}, args.repeats, 0.05, 1.0)
+    samples = peers.interleaved(runners, args.repeats, 0.05, 1.0)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items() if v}
     ref = med["onnxruntime"]
     print(f"{args.model}, {args.threads} threads, median of {args.repeats} interleaved samples")

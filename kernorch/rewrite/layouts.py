@@ -25,6 +25,7 @@ from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.prims import Kind, Op, Prim, ValueId
 
 PAIR_ACTIVATION_CUTS = True  # pair activation_cuts too; off: an A/B switch
+FLOATS = ("float32", "float64")
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
@@ -32,7 +33,7 @@ TO_NCHW = (0, 3, 1, 2)
 def is_layout_pair_target(g: Graph, p: Prim) -> bool:
     """A 2-D convolution on float data whose activation is computed or fed at run time."""
     return (p.op is Op.CONV and len(g.types[p.output].shape) == 4
-            and g.types[p.output].dtype in ("float32", "float64"))
+            and g.types[p.output].dtype in FLOATS)
 
 
 def activation_cuts(g: Graph) -> set[ValueId]:
@@ -44,7 +45,7 @@ def activation_cuts(g: Graph) -> set[ValueId]:
     for p in g.prims:
         t = g.types[p.output]
         if (p.kind is not Kind.ELEMENTWISE or not near.intersection(p.inputs) or len(t.shape) != 4
-                or t.dtype not in ("float32", "float64") or t.shape[2] * t.shape[3] == 1):
+                or t.dtype not in FLOATS or t.shape[2] * t.shape[3] == 1):
             continue
         near.add(p.output)
         rs = readers.get(p.output, [])
