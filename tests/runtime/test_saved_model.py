@@ -13,8 +13,7 @@ import pytest
 
 import kernorch
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import MeasuredCost
-from saved_net import net_and_input
+from saved_net import favour, net_and_input
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,26 +33,6 @@ CASES = {
 }
 
 
-def _favour(monkeypatch, name: str) -> None:
-    """Every kernel ``name`` runs is priced nearly free (after running it once), so the plan uses
-    that provider wherever it can, whatever this noisy machine's timings say."""
-    real_init = MeasuredCost.__init__
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        timer = self.timer
-
-        def favoured(fn, who):
-            if who != name:
-                return timer(fn, who)
-            fn()
-            return 1e-7
-
-        self.timer = favoured
-
-    monkeypatch.setattr(MeasuredCost, "__init__", init)
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """case -> (directory, input, in-process output, kernel kinds, model)."""
@@ -64,7 +43,7 @@ def saved(tmp_path_factory):
     for case, (opts, favoured) in CASES.items():
         with pytest.MonkeyPatch.context() as mp:
             if favoured:
-                _favour(mp, favoured)
+                favour(mp, favoured)
             model = kernorch.compile(net, x, db=root / f"{case}.sqlite", threads=2, progress=False, **opts)
         got = model(x.numpy())
         assert np.abs(got - want).max() <= 1e-4, f"{case}: the compiled model disagrees with PyTorch"
