@@ -126,7 +126,7 @@ class Options:
     threads: int | None = None  # None: env.threads (target "cpu")
     knobs: Knobs | None = None  # None: Knobs()
     progress: bool = True
-    dynamo: bool = False
+    dynamo: bool | None = None  # None: the TorchScript exporter, the dynamo one where it fails
     cuda_options: CudaOptions | None = None
     providers: Sequence[str] | None = DEFAULT_PROVIDERS
     regions: bool = True

@@ -41,6 +41,7 @@ class ImportReport:
     opaque: dict[str, int] = field(default_factory=dict)   # ONNX op type -> count kept whole
     op_histogram: dict[str, int] = field(default_factory=dict)
     folded: int = 0
+    exporter: str | None = None  # a PyTorch module's: "torchscript" or "dynamo"; None for ONNX input
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:

@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import io
 import logging
+import re
 import warnings
 from typing import Any, Sequence
 
@@ -22,22 +23,36 @@ from kernorch.ir.graph import Graph
 TORCHSCRIPT_OPSET = 17
 DYNAMO_OPSET = 18
 _MAX_DETAIL = 300  # characters of the exporter's own message kept in ours
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the dynamo exporter colours its messages
 
 
-def import_torch(module, example_inputs, dynamo: bool = False, input_names: Sequence[str] | None = None,
+def import_torch(module, example_inputs, dynamo: bool | None = None, input_names: Sequence[str] | None = None,
                  output_names: Sequence[str] | None = None) -> tuple[Graph, ImportReport]:
     """Export ``module`` (in eval mode) on ``example_inputs`` and import the result.
 
     ``example_inputs`` is a tensor or a tuple of tensors (positional arguments of ``forward``).
     Input names default to the parameter names of ``forward``. ``dynamo=False`` uses the
     TorchScript exporter (opset 17); ``dynamo=True`` the torch.export-based one (opset 18, needs
-    onnxscript)."""
-    return import_onnx(export_torch(module, example_inputs, dynamo, input_names, output_names))
+    onnxscript); ``None`` (default) the TorchScript one, and the dynamo one where that fails (an
+    operator it has no symbolic for, as in recent transformers' language models). The report
+    names the exporter that produced the model."""
+    proto, exporter = export_torch_with(module, example_inputs, dynamo, input_names, output_names)
+    g, report = import_onnx(proto)
+    report.exporter = exporter
+    return g, report
 
 
-def export_torch(module, example_inputs, dynamo: bool = False, input_names: Sequence[str] | None = None,
+def export_torch(module, example_inputs, dynamo: bool | None = None, input_names: Sequence[str] | None = None,
                  output_names: Sequence[str] | None = None) -> onnx.ModelProto:
     """The ONNX model ``import_torch`` imports, as an in-memory ModelProto."""
+    return export_torch_with(module, example_inputs, dynamo, input_names, output_names)[0]
+
+
+def export_torch_with(module, example_inputs, dynamo: bool | None = None, input_names: Sequence[str] | None = None,
+                      output_names: Sequence[str] | None = None) -> tuple[onnx.ModelProto, str]:
+    """(the exported ModelProto, the exporter that made it: "torchscript" or "dynamo"). With
+    ``dynamo=None`` a TorchScript failure falls back to the dynamo exporter; when both fail the
+    one-line error gives both reasons."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -46,28 +61,37 @@ def export_torch(module, example_inputs, dynamo: bool = False, input_names: Sequ
     names = list(input_names) if input_names is not None else _forward_names(module, len(args))
     if len(names) != len(args):
         raise ExportError(f"{len(names)} input names given for {len(args)} example inputs")
-    exporter = "dynamo" if dynamo else "torchscript"
-    what = f"exporting {type(module).__name__} to ONNX ({exporter} exporter) failed"
+    exporters = ("torchscript", "dynamo") if dynamo is None else ("dynamo",) if dynamo else ("torchscript",)
+    failures = []
     with _eval_mode(module), _quiet(), torch.no_grad():
         try:
             if output_names is None:
                 output_names = _output_names(module, args, names)
-            if dynamo:
-                proto = _export_dynamo(module, args, names, output_names)
-            else:
-                f = io.BytesIO()
-                torch.onnx.export(module, args, f, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
-                                  input_names=names, output_names=list(output_names) if output_names else None,
-                                  do_constant_folding=True)
-                proto = onnx.load_from_string(f.getvalue())
-        except ExportError:
-            raise
-        except ImportError as e:
-            raise ExportError(f"{what}: {_one_line(e)} (the dynamo exporter needs onnxscript: "
-                              f"pip install onnxscript)") from None
-        except Exception as e:  # the exporters raise many unrelated types; all mean the same to a user
-            raise ExportError(f"{what}: {type(e).__name__}: {_one_line(e)}") from None
-    return proto
+        except Exception as e:  # noqa: BLE001 - the module itself fails on its example inputs
+            raise ExportError(f"running {type(module).__name__} on the example inputs failed: "
+                              f"{type(e).__name__}: {_one_line(e)}") from None
+        for exporter in exporters:
+            try:
+                return _export(exporter, module, args, names, output_names), exporter
+            except ExportError as e:
+                failures.append(f"{exporter} exporter: {e}")
+            except ImportError as e:
+                failures.append(f"{exporter} exporter: {_one_line(e)} (it needs onnxscript: pip install onnxscript)")
+            except Exception as e:  # noqa: BLE001 - the exporters raise many unrelated types; all mean one thing
+                failures.append(f"{exporter} exporter: {type(e).__name__}: {_one_line(e)}")
+    raise ExportError(f"exporting {type(module).__name__} to ONNX failed: " + "; ".join(failures))
+
+
+def _export(exporter: str, module, args, names, output_names) -> onnx.ModelProto:
+    import torch
+
+    if exporter == "dynamo":
+        return _export_dynamo(module, args, names, output_names)
+    f = io.BytesIO()
+    torch.onnx.export(module, args, f, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
+                      input_names=names, output_names=list(output_names) if output_names else None,
+                      do_constant_folding=True)
+    return onnx.load_from_string(f.getvalue())
 
 
 def _export_dynamo(module, args, names, output_names) -> onnx.ModelProto:
@@ -76,13 +100,12 @@ def _export_dynamo(module, args, names, output_names) -> onnx.ModelProto:
     try:
         import onnxscript  # noqa: F401
     except ImportError:
-        raise ExportError("the dynamo exporter needs onnxscript (pip install onnxscript); "
-                          "or use dynamo=False") from None
+        raise ExportError("it needs onnxscript (pip install onnxscript)") from None
     prog = torch.onnx.export(module, args, dynamo=True, opset_version=DYNAMO_OPSET, input_names=names,
                              output_names=list(output_names) if output_names else None, verbose=False,
                              external_data=False, optimize=True)
     if prog is None:
-        raise ExportError("the dynamo exporter returned no program")
+        raise ExportError("it returned no program")
     return prog.model_proto
 
 
@@ -156,7 +179,7 @@ def _quiet():
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _native_stdout_dropped():
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -164,7 +187,33 @@ def _quiet():
             lg.setLevel(lv)
 
 
+@contextlib.contextmanager
+def _native_stdout_dropped():
+    """Drop what native code writes to file descriptor 1: the TorchScript exporter prints its
+    whole graph (hundreds of lines) from C++ when an operator has no symbolic."""
+    import os
+    import sys
+    import tempfile
+
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+        saved = os.dup(fd)
+    except (OSError, ValueError, io.UnsupportedOperation):  # no real descriptor (a notebook): nothing to drop
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        if sys.__stdout__ is not None:
+            sys.__stdout__.flush()
+        os.dup2(sink.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
 def _one_line(e: Any) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    """The first line of an exporter's message, without its terminal colours, at most _MAX_DETAIL long."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()]
     s = lines[0] if lines else type(e).__name__
     return s if len(s) <= _MAX_DETAIL else s[:_MAX_DETAIL - 3] + "..."

@@ -45,7 +45,7 @@ EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "Cuda
 
 
 def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               dynamo: bool = False) -> tuple[Graph, ImportReport]:
+               dynamo: bool | None = None) -> tuple[Graph, ImportReport]:
     """ONNX path / ModelProto, or an nn.Module with example inputs."""
     try:
         import torch
@@ -66,7 +66,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             cost: str = "measured", db: str | os.PathLike | TuningDB | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None, rewrites: Sequence[str] = DEFAULT_RULES,
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
-            dynamo: bool = False, cuda_options: Any = None,
+            dynamo: bool | None = None, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
             cluster: Any = None, options: Options | None = None) -> CompiledModel:
@@ -171,7 +171,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     rep = CompileReport(strategy, cost, busy=busy)
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
-    rep.opaque = dict(imp.opaque)
+    rep.opaque, rep.exporter = dict(imp.opaque), imp.exporter
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)

@@ -22,6 +22,7 @@ class CompileReport:
     cost: str
     prims: int = 0
     opaque: dict[str, int] = field(default_factory=dict)
+    exporter: str | None = None  # a PyTorch module's ONNX exporter: "torchscript" or "dynamo"
     rewrites: dict[str, int] = field(default_factory=dict)
     candidates: int = 0
     measured: int = 0

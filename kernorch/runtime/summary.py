@@ -59,6 +59,8 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
     r = model.report
     lines = [f"plan      {what_ran_where(model)}"]
     if r is not None:
+        if r.exporter == "dynamo":
+            lines.append("export    the module went through PyTorch's dynamo ONNX exporter (opset 18)")
         if r.opaque:
             lines.append(f"opaque    {sum(r.opaque.values())} op(s) without a fission rule, run whole: "
                          + ", ".join(f"{k} x{n}" for k, n in r.opaque.items()))

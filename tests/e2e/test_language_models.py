@@ -120,3 +120,35 @@ def test_saved_gpt2_reloads_with_its_gather_kernels(models, tmp_path):
     assert any(p.op is Op.GATHER for p in again.graph.prims)
     np.testing.assert_array_equal(again.run(feeds)["last_hidden_state"].numpy(),
                                   model.run(feeds)["last_hidden_state"].numpy())
+
+
+class _Logits(torch.nn.Module):
+    """A causal LM called the plain way, ``model(input_ids).logits`` (no attention mask): transformers
+    then looks for packed sequences with torch.diff, which the TorchScript exporter cannot export."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+@pytest.mark.skipif(importlib.util.find_spec("onnxscript") is None,
+                    reason="onnxscript (the dynamo exporter) is not installed")
+def test_llama_module_compiles_through_the_dynamo_fallback(tmp_path):
+    """A grouped-query Llama handed to compile() as a module: the default export falls back to the
+    dynamo exporter, says so, and the compiled model matches PyTorch."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    net = _Logits(LlamaForCausalLM(cfg)).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, SEQ))
+    model = kernorch.compile(net, ids, cost="model", regions=False, progress=False, db=tmp_path / "db.sqlite")
+    assert model.report.exporter == "dynamo"
+    assert "dynamo ONNX exporter" in model.summary()
+    with torch.no_grad():
+        want = net(ids).numpy()
+    assert np.abs(model(ids.numpy()) - want).max() <= 1e-4 * max(1.0, np.abs(want).max())

@@ -103,11 +103,50 @@ class Boom(nn.Module):
         raise RuntimeError("boom\nsecond line")
 
 
-def test_export_failure_is_one_line():
+def test_a_module_failing_on_its_inputs_is_one_line():
     with pytest.raises(ExportError) as info:
         import_torch(Boom(), torch.randn(2))
-    assert str(info.value) == "exporting Boom to ONNX (torchscript exporter) failed: RuntimeError: boom"
+    assert str(info.value) == "running Boom on the example inputs failed: RuntimeError: boom"
     assert isinstance(info.value, KernorchError)
+
+
+class Diff(nn.Module):
+    """torch.diff: the TorchScript exporter has no symbolic for aten::diff (recent transformers'
+    language models use it in their attention masks); the dynamo exporter decomposes it."""
+
+    def forward(self, x):
+        return torch.diff(x, dim=-1) * 2.0
+
+
+class NoSymbolic(nn.Module):
+    """An operator neither exporter can translate (a sparse tensor)."""
+
+    def forward(self, x):
+        return (x.to_sparse() * 2.0).to_dense()
+
+
+@pytest.mark.skipif(True not in _exporters(), reason="onnxscript (the dynamo exporter) is not installed")
+def test_torchscript_failure_falls_back_to_the_dynamo_exporter(capfd):
+    x = torch.randn(2, 7)
+    with pytest.raises(ExportError, match=r"^exporting Diff to ONNX failed: torchscript exporter: .*aten::diff"):
+        import_torch(Diff(), x, dynamo=False)
+    out, err = capfd.readouterr()
+    assert "aten::" not in out + err  # the exporter's graph dump (native code, file descriptor 1) is dropped
+    g, report = import_torch(Diff(), x)  # default: TorchScript, then dynamo
+    assert report.exporter == "dynamo"
+    (y,) = run_interpreter(g, {"x": x.numpy()}).values()
+    assert np.abs(y - Diff()(x).numpy()).max() < 1e-6
+    assert import_torch(SmallNet(), torch.randn(1, 3, 8, 8))[1].exporter == "torchscript"  # no fallback needed
+
+
+@pytest.mark.skipif(True not in _exporters(), reason="onnxscript (the dynamo exporter) is not installed")
+def test_both_exporters_failing_give_both_reasons_on_one_line():
+    with pytest.raises(ExportError) as info:
+        import_torch(NoSymbolic(), torch.randn(3, 4))
+    msg = str(info.value)
+    assert msg.startswith("exporting NoSymbolic to ONNX failed: torchscript exporter: ")
+    assert "\n" not in msg and "\x1b" not in msg, msg  # one line, no terminal colours
+    assert "; dynamo exporter: " in msg
 
 
 @pytest.mark.parametrize("module,inputs,msg", [
