@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from kernorch.codegen import indexing, stencil
+from kernorch.codegen import indexing, stencil, window
 from kernorch.codegen.kernel import Let
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
@@ -174,6 +174,8 @@ class Inliner:
             return self._gather(p, idx)
         if p.op is Op.CONV:
             return stencil.value(self, p, idx)
+        if p.kind is Kind.REDUCE:  # only a window reduce is ever inlined (schedule.py)
+            return window.value(self, p, idx)
         raise NotImplementedError(f"{p.op.value} cannot be inlined")
 
     def _gather(self, p: Prim, idx: tuple[Expr, ...]) -> str:

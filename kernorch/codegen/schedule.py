@@ -27,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from kernorch.codegen import indexing, stencil
+from kernorch.codegen import indexing, stencil, window
 from kernorch.codegen.scalar import WEIGHT, Body, Inliner
 from kernorch.codegen.transpose import TILE
 from kernorch.ir import index as ix
@@ -85,9 +85,12 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
     See Note [parallel domain]."""
     width = math.inf if grid else threads
     producers = {p.output: p for p in prims}
-    base = {p.output for p in prims if p.kind is Kind.REDUCE} | set(outputs)
+    # a small window reduce is written out tap by tap (window.py), on CPU loops only: inlined where
+    # it is read, or an elementwise stage where it is stored
+    windows = set() if grid else {p.output for p in prims if window.is_window(g, p, producers)}
+    base = {p.output for p in prims if p.kind is Kind.REDUCE and p.output not in windows} | set(outputs)
     mat = set(base)
-    stages = _analyze(g, prims, producers, mat, vs)
+    stages = _analyze(g, prims, producers, mat, vs, windows)
     saved = 0.0
     while True:
         heavy = _heavy(g, prims, producers, mat, stages)
@@ -95,32 +98,33 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
             break
         saved += heavy[1]
         mat.add(heavy[0])
-        stages = _analyze(g, prims, producers, mat, vs)
+        stages = _analyze(g, prims, producers, mat, vs, windows)
     groups = _group(g, stages, vs, width)
     if mat != base:
-        plain = _analyze(g, prims, producers, base, vs)
+        plain = _analyze(g, prims, producers, base, vs, windows)
         plain_groups = _group(g, plain, vs, width)
         if saved < GROUP_COST * (len(groups) - len(plain_groups)):
             mat, stages, groups = base, plain, plain_groups
     return Schedule(stages, groups, mat)
 
 
-def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars) -> list[Stage]:
+def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars, windows: set[int]) -> list[Stage]:
     """One stage per materialized value, with its reads of materialized values over natural
-    (analysis) variables."""
+    (analysis) variables; a window reduce (``windows``) is an elementwise stage."""
     stages = []
     inline = {p.output for p in prims} - mat
     for p in prims:
         if p.output not in mat:
             continue
         t = g.types[p.output]
-        if p.kind is Kind.REDUCE:
+        reduce = p.kind is Kind.REDUCE and p.output not in windows
+        if reduce:
             shape = g.types[p.inputs[0]].shape
             axes = tuple(a % len(shape) for a in p.attrs.axes)
         else:
             shape, axes = t.shape, ()
         out_shape = tuple(n for d, n in enumerate(shape) if d not in axes)
-        st = Stage(p.output, p, p.kind is Kind.REDUCE, tuple(shape), axes, t.size, indexing.split_candidates(out_shape))
+        st = Stage(p.output, p, reduce, tuple(shape), axes, t.size, indexing.split_candidates(out_shape))
         st.natural = tuple(vs.new(n) for n in shape)
         idx = tuple(ix.var(v) for v in st.natural)
 
@@ -171,7 +175,8 @@ def _heavy(g: Graph, prims, producers, mat: set[int], stages: list[Stage]) -> tu
     reduction, or read by overlapping windows). Returns (value, work saved by storing it)."""
     weight: dict[int, int] = {}
     for p in prims:
-        w = WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else stencil.weight(g, p) if p.op is Op.CONV else 0
+        w = (WEIGHT.get(p.op, 1) if p.kind is Kind.ELEMENTWISE else stencil.weight(g, p) if p.op is Op.CONV
+             else window.weight(g, p) if p.kind is Kind.REDUCE else 0)
         weight[p.output] = w + sum(weight.get(a, 0) for a in p.inputs if a in producers and a not in mat)
     evals: dict[int, float] = {}
     for st in stages:

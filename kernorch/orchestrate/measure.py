@@ -31,6 +31,7 @@ from kernorch.providers import MedianTimer, Provider, best_provider, default_pro
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 
+# c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
 # c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only;
 # c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
@@ -48,7 +49,7 @@ from kernorch.providers.select import reason_or_none
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c17"
+CODEGEN_VERSION = "c18"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.

@@ -6,6 +6,7 @@ import pytest
 
 import cg_util as cg
 import test_fused as FUSED
+from kernorch.codegen import window
 from kernorch.codegen.feasible import kernel_prims
 from kernorch.codegen.schedule import Vars, make_schedule
 
@@ -16,9 +17,30 @@ def _plan(case, **mode):
     return sorted(sch.mat), [(members, P) for members, P in sch.groups], sch
 
 
-@pytest.mark.parametrize("name", list(FUSED.CASES))
+def _windows(case) -> set[int]:
+    g, members, _ = cg.one_kernel(case)
+    prims = kernel_prims(g, members)
+    producers = {p.output: p for p in prims}
+    return {p.output for p in prims if window.is_window(g, p, producers)}
+
+
+WINDOWED = [name for name, case in FUSED.CASES.items() if _windows(case)]
+
+
+@pytest.mark.parametrize("name", [n for n in FUSED.CASES if n not in WINDOWED])
 def test_grid_plans_like_an_unbounded_thread_count(name):
     assert _plan(FUSED.CASES[name], grid=True)[:2] == _plan(FUSED.CASES[name], threads=1 << 20)[:2]
+
+
+@pytest.mark.parametrize("name", WINDOWED)
+def test_only_cpu_loops_write_window_sums_out(name):
+    """A small window sum (a pooling) is a reduce stage on the grid, and on CPU loops written out tap
+    by tap where it is read (window.py): never a reduce stage there."""
+    windows = _windows(FUSED.CASES[name])
+    _, _, gpu = _plan(FUSED.CASES[name], grid=True)
+    _, _, cpu = _plan(FUSED.CASES[name], threads=1 << 20)
+    assert windows <= {st.value for st in gpu.stages if st.reduce}
+    assert not windows & {st.value for st in cpu.stages if st.reduce}
 
 
 @pytest.mark.parametrize("name", list(FUSED.CASES))
