@@ -27,6 +27,8 @@ Architectures (own definitions, timm is deliberately not used):
 * ``mobilenetv3_large``: torchvision ``mobilenet_v3_large`` (inverted residuals, depthwise convs,
   squeeze-excitation with hardsigmoid, hardswish).
 * ``gpt2``, ``bert_base``: ``transformers`` configs with random weights (``bench/language_models.py``).
+* ``poolformer_s12``, ``efficientnet_b0``: ``transformers`` PoolFormer-S12 and EfficientNet-B0 configs with
+  random weights, returning the last hidden state (``bench/hf_vision.py``).
 """
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ DEFAULT_SIZES = {
     "mobilenetv3_large": 224,
     "gpt2": 128,       # tokens
     "bert_base": 128,  # tokens
+    "poolformer_s12": 224,
+    "efficientnet_b0": 224,
 }
 SMALL_SIZES = {
     "candy": 64,
@@ -65,6 +69,8 @@ SMALL_SIZES = {
     "mobilenetv3_large": 64,
     "gpt2": 16,
     "bert_base": 16,
+    "poolformer_s12": 64,
+    "efficientnet_b0": 64,
 }
 # model -> (what depth counts, reference value)
 DEPTH_KNOB = {
@@ -646,6 +652,27 @@ def build_bert_base(size: Size = None, depth: Optional[int] = None, seed: int = 
 
 
 # ----------------------------------------------------------------------------------------------------------
+# poolformer_s12, efficientnet_b0: transformers vision models from configs (bench/hf_vision.py)
+# ----------------------------------------------------------------------------------------------------------
+def _hf_vision(name: str, size: Size, depth: Optional[int], seed: int):
+    from bench import hf_vision
+
+    s = resolve_size(name, size)
+    _resolve_depth(name, depth)
+    if s % 32:
+        raise ValueError(f"{name}: size must be a multiple of 32")
+    return _finish(getattr(hf_vision, name)(s, seed), (_image(s, seed),), seed)
+
+
+def build_poolformer_s12(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    return _hf_vision("poolformer_s12", size, depth, seed)
+
+
+def build_efficientnet_b0(size: Size = None, depth: Optional[int] = None, seed: int = 0):
+    return _hf_vision("efficientnet_b0", size, depth, seed)
+
+
+# ----------------------------------------------------------------------------------------------------------
 MODELS: dict[str, Callable[..., tuple[nn.Module, tuple]]] = {
     "candy": build_candy,
     "segformer_b0": build_segformer_b0,
@@ -657,6 +684,8 @@ MODELS: dict[str, Callable[..., tuple[nn.Module, tuple]]] = {
     "mobilenetv3_large": build_mobilenetv3_large,
     "gpt2": build_gpt2,
     "bert_base": build_bert_base,
+    "poolformer_s12": build_poolformer_s12,
+    "efficientnet_b0": build_efficientnet_b0,
 }
 
 

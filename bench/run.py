@@ -32,7 +32,7 @@ from bench.peers import KERNORCH, MISMATCH_REL, CompileTimeout
 BENCH_MODELS = ["candy", "segformer_b0", "efficientvit_b0", "vit_tiny", "gpt2_block", "cspdarknet53_mish", "gpt2",
                 "bert_base"]
 # torchvision families, run when named (`--models bench,resnet50,mobilenetv3_large`), not part of 'bench'
-EXTRA_MODELS = ["resnet50", "mobilenetv3_large"]
+EXTRA_MODELS = ["resnet50", "mobilenetv3_large", "poolformer_s12", "efficientnet_b0"]
 ROOT = Path(__file__).resolve().parents[1]
 _T0 = time.perf_counter()
 

@@ -1,11 +1,13 @@
 """End-to-end A/B of one of kernorch's A/B switches (SWITCHES: the Winograd 3x3 convolutions of
-kernorch/codegen/winograd.py, the activation layout pairs of kernorch/rewrite/layouts.py): a bench
+kernorch/codegen/winograd.py, the activation layout pairs of kernorch/rewrite/layouts.py, the window
+sums written out tap by tap of kernorch/codegen/window.py): a bench
 model compiled kn-own (measured costs, no provider regions) twice, with the switch on and off, each on
 its own tuning database (the database does not key on the switch), then both timed with onnxruntime
 and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
 
     python -m bench.switch_ab resnet50 [--switch winograd] [--small] [--repeats 20] [--db DIR] [--threads 2]
     python -m bench.switch_ab mobilenetv3_large --switch activation-pairs
+    python -m bench.switch_ab poolformer_s12 --switch window-sums
 
 Prints a table; asserts nothing. The two compiles measure every candidate (minutes each): run it
 alone, nothing else on the machine.
@@ -21,12 +23,13 @@ from types import SimpleNamespace
 
 from bench import peers
 from bench.run import load_model
-from kernorch.codegen import winograd
+from kernorch.codegen import window, winograd
 from kernorch.rewrite import layouts
 
 SWITCHES = {  # name -> (module, flag)
     "winograd": (winograd, "WINOGRAD"),
     "activation-pairs": (layouts, "PAIR_ACTIVATION_CUTS"),
+    "window-sums": (window, "WINDOW_SUMS"),
 }
 
 

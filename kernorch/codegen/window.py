@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # Sums only. A max pool written out this way ran no faster than its reduce stage (64x56x56, 3x3: 451 us
 # vs 434, with the NaN-propagating max as a bitwise select; as "?:" gcc left the chain scalar: 1.7 ms).
 COMBINE = {Op.SUM: Op.ADD}
+WINDOW_SUMS = True  # off: every reduce is a reduce stage, as before (an A/B switch, bench/switch_ab.py)
 FLOAT = ("float32", "float64")
 
 
@@ -37,12 +38,17 @@ def volume(g: Graph, p: Prim) -> int:
 
 
 def is_window(g: Graph, p: Prim, producers: Mapping[int, Prim]) -> bool:
-    """A sum over at most MAX_TAPS positions of a view computed in the same kernel
-    (a pooling window, a small group of a reshape): written out tap by tap."""
-    if p.kind is not Kind.REDUCE or p.op not in COMBINE or g.types[p.output].dtype not in FLOAT:
+    """A sum over at most MAX_TAPS positions of sliding windows: a view computed in the same kernel
+    with an input coordinate that moves with both a kept and a reduced index (a pooling's
+    ``oh * stride + kh``). Global poolings and norms over a reshaped axis stay reduce stages: their
+    taps are long contiguous rows, which a reduce loop reads best."""
+    if not WINDOW_SUMS or p.kind is not Kind.REDUCE or p.op not in COMBINE or g.types[p.output].dtype not in FLOAT:
         return False
     src = producers.get(p.inputs[0])
-    return src is not None and src.op is Op.VIEW and 0 < volume(g, p) <= MAX_TAPS
+    if src is None or src.op is not Op.VIEW or not 0 < volume(g, p) <= MAX_TAPS:
+        return False
+    reduced = {a % len(g.types[p.inputs[0]].shape) for a in p.attrs.axes}
+    return any(free & reduced and free - reduced for free in map(ix.free_vars, src.attrs.map.index))
 
 
 def weight(g: Graph, p: Prim) -> int:

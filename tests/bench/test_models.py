@@ -23,6 +23,7 @@ from bench.models import MODELS, build_model, resolve_size  # noqa: E402
 
 CASES = [("candy", None), ("gpt2_block", None), ("vit_tiny", 2)]
 CASES += [pytest.param(n, None, marks=pytest.mark.slow) for n in ("resnet50", "mobilenetv3_large")]
+CASES += [("poolformer_s12", None), pytest.param("efficientnet_b0", None, marks=pytest.mark.slow)]
 # resnet50's 53 BatchNorms, calibrated on a 128x128 image, leave float32 about 1e-4 (6e-5 relative) from float64
 ATOL = {"resnet50": 1e-3}
 
@@ -74,7 +75,8 @@ def test_torchvision_convnets(name, params):
 
 def test_registry_and_errors(tmp_path):
     assert set(MODELS) == {"candy", "segformer_b0", "efficientvit_b0", "vit_tiny", "gpt2_block",
-                           "cspdarknet53_mish", "resnet50", "mobilenetv3_large", "gpt2", "bert_base"}
+                           "cspdarknet53_mish", "resnet50", "mobilenetv3_large", "gpt2", "bert_base",
+                           "poolformer_s12", "efficientnet_b0"}
     with pytest.raises(KeyError):
         build_model("resnet_nope")
     with pytest.raises(ValueError):

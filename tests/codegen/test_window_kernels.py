@@ -1,7 +1,8 @@
 """Small window sums (poolings) are written out tap by tap in the C generator's loops
 (codegen/window.py): average pools with and without padding, strided, 5x5, with a prologue read by
 overlapping windows, a residual after them and the sum itself written out, all against the
-reference interpreter; a max pool and a wide reduce stay reduce stages."""
+reference interpreter; a max pool, a wide window and a global pool over a permuted view stay reduce
+stages."""
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from kernorch import codegen
 from kernorch.codegen import window
 from kernorch.codegen.feasible import kernel_prims
 from kernorch.codegen.schedule import Vars, make_schedule
+from kernorch.ir import layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op
 
@@ -61,6 +63,18 @@ def test_max_pool_and_wide_sums_stay_reduce_stages():
     assert not windows and reduce_stages
     check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs)
     g, members, outputs = _pool((1, 2, 30, 30), k=9, p=4, residual=False)  # 81 taps > MAX_TAPS
+    windows, reduce_stages = _stages(g, members, outputs)
+    assert not windows and reduce_stages
+    check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs, rtol=1e-5, atol=1e-5)
+
+
+def test_a_global_pool_over_a_permuted_view_stays_a_reduce_stage():
+    """Channels-last 7x7 -> per-channel sums: 49 taps, but no coordinate moves with both a kept and a
+    reduced index (no sliding window): the reduce loop reads its rows contiguously."""
+    b = Builder()
+    x = b.input((1, 7, 7, 24))
+    v = b.view(x, layout.permute((1, 7, 7, 24), (0, 3, 1, 2)))
+    g, members, outputs = finish(b, b.reduce(Op.SUM, v, [2, 3], keepdims=False))
     windows, reduce_stages = _stages(g, members, outputs)
     assert not windows and reduce_stages
     check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs, rtol=1e-5, atol=1e-5)
