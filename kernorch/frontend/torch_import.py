@@ -10,7 +10,10 @@ import contextlib
 import inspect
 import io
 import logging
+import os
 import re
+import sys
+import tempfile
 import warnings
 from typing import Any, Sequence
 
@@ -191,10 +194,6 @@ def _quiet():
 def _native_stdout_dropped():
     """Drop what native code writes to file descriptor 1: the TorchScript exporter prints its
     whole graph (hundreds of lines) from C++ when an operator has no symbolic."""
-    import os
-    import sys
-    import tempfile
-
     try:
         fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
         saved = os.dup(fd)
