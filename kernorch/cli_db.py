@@ -183,7 +183,7 @@ def cmd_db_retune(args) -> int:
 
     env = Env.read()  # this command's entry point: the environment read once
     threads = args.threads or env.threads
-    target = target_name("cpu", threads, env.cc)
+    target = target_name("cpu", threads, env.cc, env.cflags)
     with _open(args.db) as db:
         bad = [(row, why) for row, why in suspicious(db) if row.target == target and row.version == CODEGEN_VERSION]
         if not bad:

@@ -12,6 +12,8 @@ The environment (``Env``), each variable once:
   KERNORCH_NUM_THREADS      threads per CPU kernel unless ``threads=`` (else the CPUs this process may use)
   KERNORCH_COMPILE_WORKERS  processes compiling Triton kernels for a GPU (0 or unset: one per core, at most 16)
   CC                        the C compiler (else cc, gcc)
+  KERNORCH_CFLAGS           extra C compiler flags, after kernorch's own (e.g. -mtune=znver4 or
+                            -march=x86-64-v3); part of the build cache key and the machine signature
   TRITON_INTERPRET          target "cuda" on CPU through Triton's interpreter (Triton reads it too)
   RAY_ADDRESS               the Ray cluster of ``cluster="ray"`` (else "auto")
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -92,6 +95,7 @@ class Env:
     threads: int
     compile_workers: int  # 0: one per core, at most 16
     cc: str | None
+    cflags: tuple[str, ...]
     triton_interpret: bool
     ray_address: str
 
@@ -103,7 +107,8 @@ class Env:
         return cls(cache_dir=Path(e.get("KERNORCH_CACHE_DIR") or home / "kernorch" / "build"), db_path=Path(db),
                    threads=_int(e, "KERNORCH_NUM_THREADS", 1) or _cpus(),
                    compile_workers=_int(e, "KERNORCH_COMPILE_WORKERS", 0) or 0,
-                   cc=e.get("CC") or None, triton_interpret=_flag(e, "TRITON_INTERPRET"),
+                   cc=e.get("CC") or None, cflags=tuple(shlex.split(e.get("KERNORCH_CFLAGS", ""))),
+                   triton_interpret=_flag(e, "TRITON_INTERPRET"),
                    ray_address=e.get("RAY_ADDRESS") or "auto")
 
     def build_dir(self) -> Path:

@@ -137,12 +137,13 @@ def test_unknown_options_and_mixed_forms_are_one_line():
 def test_env_reads_each_variable(tmp_path):
     env = Env.read({"KERNORCH_CACHE_DIR": str(tmp_path / "c"), "XDG_CACHE_HOME": str(tmp_path / "x"),
                     "KERNORCH_NUM_THREADS": "5", "KERNORCH_COMPILE_WORKERS": "1", "CC": "clang",
-                    "TRITON_INTERPRET": "On", "RAY_ADDRESS": "10.0.0.1:6379"})
-    assert env == Env(tmp_path / "c", tmp_path / "x" / "kernorch" / "tuning.sqlite", 5, 1, "clang", True,
-                      "10.0.0.1:6379")
+                    "KERNORCH_CFLAGS": "-mtune=znver4  '-DX=a b'", "TRITON_INTERPRET": "On", "RAY_ADDRESS": "10.0.0.1:6379"})
+    assert env == Env(tmp_path / "c", tmp_path / "x" / "kernorch" / "tuning.sqlite", 5, 1, "clang",
+                      ("-mtune=znver4", "-DX=a b"), True, "10.0.0.1:6379")
     assert Env.read({"KERNORCH_DB": "/d.sqlite", "XDG_CACHE_HOME": "/x"}).db_path.as_posix() == "/d.sqlite"
     bare = Env.read({})
-    assert (bare.compile_workers, bare.cc, bare.triton_interpret, bare.ray_address) == (0, None, False, "auto")
+    assert (bare.compile_workers, bare.cc, bare.cflags, bare.triton_interpret, bare.ray_address) == \
+        (0, None, (), False, "auto")
     assert bare.threads == len(os.sched_getaffinity(0))
 
 

@@ -4,24 +4,47 @@ convolution's windows. Kernels call them with compile-time constants, so gcc spe
 
 from kernorch.codegen.gemm_product import MIN_WINDOW_COLUMNS
 
-MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats (kn_gemm_tile)
+MR, NR = 6, 32  # tile rows x columns: 12 accumulators of 16 floats with AVX-512 (kn_gemm_tile)
 MR_NARROW, NR_NARROW = 12, 16  # the same 12 accumulators for products of at most 16 columns (kn_gemm_tile16)
 
 HELPERS = r"""#include <string.h>
-typedef float kn_v16 __attribute__((vector_size(64), aligned(4)));
+/* One vector of KN_VW floats, the width the ISA compiled for has (-march: AVX-512 16, AVX 8, else 4): a
+   vector wider than the registers is lowered through the stack. Unaligned (aligned(4)) and allowed to alias
+   float data (may_alias), so KN_LOAD / KN_STORE are one full-width move under any -mtune (a memcpy through
+   a temporary is split by tunings that cap moves at 256 bits, e.g. sapphirerapids: a store-forwarding stall
+   at every k). The tiles below budget 12 accumulators: 32 registers hold them with AVX-512, 16 with AVX. */
+#if defined(__AVX512F__)
+#define KN_VW 16
+#elif defined(__AVX__)
+#define KN_VW 8
+#else
+#define KN_VW 4
+#endif
+typedef float kn_vec __attribute__((vector_size(4 * KN_VW), aligned(4), may_alias));
+#define KN_LOAD(p) (*(const kn_vec *)(p))
+#define KN_STORE(p, v) (*(kn_vec *)(p) = (v))
+#define KN_ACCS 12
 %(tiles)s
 /* acc[j*N + n] (16 lanes) and tail[j*N + n] += the products of x[j*xs : j*xs + len] and w[n*ldw : n*ldw + len],
    j < P pixels, n < N channels: the dot products of kn_dot_rows and kn_window_dots, vectorized along k.
    One function per (P, N) (kn_dots[P / 2][N - 1], printed by gemm_helpers.py) so the P*N accumulators
    live in registers; P = 2 or 4 pixels share every weight load and give the FMAs independent chains. */
 %(dots)s
-#define KN_DOTS4_N %(d4)d  /* four pixels of more channels spill their accumulators (32 vector registers) */
+/* kn_dots_P_N for P = 4 pixels up to KN_DOTS4_N channels, P = 2 up to KN_DOTS2_N: more spill (gcc's Zen
+   tunings spill 4 x 4 accumulators on 32 registers, 4 x 2 on 16) */
+#if defined(__AVX512F__)
+#define KN_DOTS4_N %(d4)d
+#define KN_DOTS2_N %(d2)d
+#else
+#define KN_DOTS4_N %(d4_narrow)d
+#define KN_DOTS2_N %(d2_narrow)d
+#endif
 /* tile[(r0 + j)*%(nr)d + n] = the sums of acc[j*N + n]'s lanes and tail[j*N + n], j < P, n < N. */
-static void kn_dots_store(int P, int64_t N, const kn_v16 *acc, const float *tail, float *tile, int64_t r0) {
+static void kn_dots_store(int P, int64_t N, const kn_vec *acc, const float *tail, float *tile, int64_t r0) {
   for (int j = 0; j < P; j++)
     for (int n = 0; n < N; n++) {
       float s = tail[j * N + n];
-      for (int l = 0; l < 16; l++) s += acc[j * N + n][l];
+      for (int l = 0; l < KN_VW; l++) s += acc[j * N + n][l];
       tile[(r0 + j) * %(nr)d + n] = s;
     }
 }
@@ -29,11 +52,11 @@ static void kn_dots_store(int P, int64_t N, const kn_v16 *acc, const float *tail
    fewer output channels than a tile's columns (a network's last one, to RGB) as dot products along k. */
 static void kn_dot_rows(int64_t mr, int64_t K, const float *restrict a, int64_t lda, int64_t N,
                         const float *restrict w, float *restrict tile) {
-  kn_v16 acc[4 * %(nd)d];
+  kn_vec acc[4 * %(nd)d];
   float tail[4 * %(nd)d];
   for (int64_t r = 0; r < mr; ) {
-    const int P = r + 4 <= mr && N <= KN_DOTS4_N ? 4 : r + 2 <= mr ? 2 : 1;
-    for (int i = 0; i < P * N; i++) { acc[i] = (kn_v16){0}; tail[i] = 0.0f; }
+    const int P = r + 4 <= mr && N <= KN_DOTS4_N ? 4 : r + 2 <= mr && N <= KN_DOTS2_N ? 2 : 1;
+    for (int i = 0; i < P * N; i++) { acc[i] = (kn_vec){0}; tail[i] = 0.0f; }
     kn_dots[P / 2][N - 1](a + r * lda, lda, w, K, K, acc, tail);
     kn_dots_store(P, N, acc, tail, tile, r);
     r += P;
@@ -49,16 +72,16 @@ static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, in
                            const float *restrict w, float *restrict tile) {
   const int64_t K = C * KH * KW;
   (void)cs; (void)dw;
-  kn_v16 acc[4 * %(nd)d];
+  kn_vec acc[4 * %(nd)d];
   float tail[4 * %(nd)d];
   for (int64_t r = 0; r < rows; ) {
     const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW, iw0 = ow * sw - pw;
     int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) of each kernel row lie inside */
     hi = hi > KW ? KW : hi;
     int P = 1;  /* pixels of this output row whose windows lie inside the image along w */
-    for (int q = N <= KN_DOTS4_N ? 4 : 2; q > 1 && P == 1; q /= 2)
+    for (int q = N <= KN_DOTS4_N ? 4 : N <= KN_DOTS2_N ? 2 : 1; q > 1 && P == 1; q /= 2)
       if (r + q <= rows && ow + q <= OW && iw0 >= 0 && iw0 + (q - 1) * sw + KW <= W) P = q;
-    for (int i = 0; i < P * N; i++) { acc[i] = (kn_v16){0}; tail[i] = 0.0f; }
+    for (int i = 0; i < P * N; i++) { acc[i] = (kn_vec){0}; tail[i] = 0.0f; }
     for (int64_t kh = 0; kh < KH && hi > lo; kh++) {
       const int64_t ih = oh * sh - ph + kh * dh;
       if (ih >= 0 && ih < H)
@@ -169,33 +192,57 @@ static void kn_window_tile(KN_WINDOW_PARAMS, int narrow, const int32_t *restrict
 """
 
 
+def _contracting(head: str, autovectorize: bool = True) -> str:
+    """``head`` (a C function's opening line) with multiply-adds contracting to FMAs in its body only;
+    ``autovectorize=False``: gcc leaves its scalar loops scalar (a tail of fewer than KN_VW steps,
+    which it would otherwise turn into a shuffle-heavy in-order reduction that spills)."""
+    gcc = '"fp-contract=fast"' + ('' if autovectorize else ', "no-tree-vectorize"')
+    return (f"#if defined(__clang__)\n{head}\n#pragma clang fp contract(fast)\n#else\n"
+            f"__attribute__((optimize({gcc})))\n{head}\n#endif")
+
+
 def _tile(name: str, mr: int, nr: int, offsets: bool) -> str:
     """The register-blocked tile ``name``: ``tile[r][0:nr] = sum over k of A[r, k] * bp[k*nr + 0:nr]``,
     r < mr <= ``mr``, with A[r, k] = ``a[r*lda + k]``, or ``a[r*lda + wo[k]]`` (``offsets``: a
     convolution's windows read in place). Multiply-adds contract to FMAs here only. ``pf`` != 0:
     also prefetch the panel ``pf`` floats past bp (the next panel of a weight streamed from
-    memory) while this tile's multiply-adds run, so loading it overlaps computing this one."""
-    nv = nr // 16
-    head = (f"static void {name}(int64_t mr, int64_t K, const float *restrict a, int64_t lda, "
-            + ("const int32_t *restrict wo, " if offsets else "")
-            + "const float *restrict bp, float *restrict tile, int64_t pf) {")
-    at = "a[r * lda + wo[k]]" if offsets else "a[r * lda + k]"
-    loads = " ".join(f"kn_v16 b{v}; memcpy(&b{v}, bp + k * {nr} + {16 * v}, 64);" for v in range(nv))
-    fetch = " ".join(f"__builtin_prefetch(bp + pf + k * {nr} + {16 * v}, 0, 2);" for v in range(nv))
-    fma = " ".join(f"acc[r][{v}] += x * b{v};" for v in range(nv))
+    memory) while this tile's multiply-adds run, so loading it overlaps computing this one.
 
-    def loop(rows: str, prefetch: bool) -> str:
-        return "\n".join(["    for (int64_t k = 0; k < K; k++) {", *([f"      {fetch}"] if prefetch else []),
-                          f"      {loads}", *([f"#pragma GCC unroll {mr}"] if rows != "mr" else []),
-                          f"      for (int r = 0; r < {rows}; r++) {{ float x = {at}; {fma} }}", "    }"])
+    A row of the tile is ``nr / KN_VW`` vectors; the rows are summed in passes of KN_ACCS
+    accumulators (``{NAME}_PASS_ROWS`` rows: all ``mr`` with AVX-512, fewer with narrower vectors),
+    each pass a copy of ``{name}_rows`` specialized for its row count (a switch), so the
+    accumulators of a partial tile stay in registers too; the panel, hot in L1, is read once a pass."""
+    nv, rows = f"({nr} / KN_VW)", f"{name.upper()}_PASS_ROWS"
+    args = ("int64_t K, const float *restrict a, int64_t lda, " + ("const int32_t *restrict wo, " if offsets else "")
+            + "const float *restrict bp, float *restrict tile, int64_t pf")
+    at = "a[r * lda + wo[k]]" if offsets else "a[r * lda + k]"
+    unroll = f"#pragma GCC unroll {max(mr, 32)}"
+    rows_fn = "\n".join([
+        _contracting(f"static inline __attribute__((always_inline)) void {name}_rows(const int R, {args}) {{"),
+        f"  kn_vec acc[{rows}][{nv}];",
+        unroll, f"  for (int r = 0; r < R; r++)", unroll,
+        f"    for (int v = 0; v < {nv}; v++) acc[r][v] = (kn_vec){{0}};",
+        "  for (int64_t k = 0; k < K; k++) {",
+        f"    if (pf) for (int v = 0; v < {nr}; v += 16) __builtin_prefetch(bp + pf + k * {nr} + v, 0, 2);",
+        f"    kn_vec b[{nv}];", unroll,
+        f"    for (int v = 0; v < {nv}; v++) b[v] = KN_LOAD(bp + k * {nr} + v * KN_VW);", unroll,
+        "    for (int r = 0; r < R; r++) {",
+        f"      const float x = {at};", unroll,
+        f"      for (int v = 0; v < {nv}; v++) acc[r][v] += x * b[v];",
+        "    }",
+        "  }", unroll,
+        "  for (int r = 0; r < R; r++)", unroll,
+        f"    for (int v = 0; v < {nv}; v++) KN_STORE(tile + r * {nr} + v * KN_VW, acc[r][v]);",
+        "}"])
+    call = "K, a + r0 * lda, lda, " + ("wo, " if offsets else "") + f"bp, tile + r0 * {nr}, r0 ? 0 : pf"
+    cases = "\n".join(f"#if {c} <= {rows}\n      case {c}: {name}_rows({c}, {call}); break;\n#endif"
+                       for c in range(1, mr + 1))
     return "\n".join([
-        f"#if defined(__clang__)\n{head}\n#pragma clang fp contract(fast)\n#else\n"
-        f"__attribute__((optimize(\"fp-contract=fast\")))\n{head}\n#endif",
-        f"  kn_v16 acc[{mr}][{nv}];",
-        f"  for (int r = 0; r < {mr}; r++) for (int v = 0; v < {nv}; v++) acc[r][v] = (kn_v16){{0}};",
-        f"  if (mr == {mr} && pf) {{", loop(str(mr), True), f"  }} else if (mr == {mr}) {{", loop(str(mr), False),
-        "  } else {", loop("mr", False), "  }",
-        f"  for (int r = 0; r < mr; r++) for (int v = 0; v < {nv}; v++) memcpy(tile + r * {nr} + 16 * v, &acc[r][v], 64);",
+        f"#define {rows} (KN_ACCS / {nv} < {mr} ? KN_ACCS / {nv} : {mr})",
+        rows_fn,
+        _contracting(f"static void {name}(int64_t mr, {args}) {{"),
+        f"  for (int64_t r0 = 0; r0 < mr; r0 += {rows})",
+        f"    switch (mr - r0 < {rows} ? mr - r0 : {rows}) {{", cases, "    }",
         "}"])
 
 
@@ -210,14 +257,13 @@ def _dots(P: int, N: int) -> str:
     """kn_dots_P_N: the P*N dot products of kn_dots[...] written out, accumulators in locals."""
     pairs = [(j, n) for j in range(P) for n in range(N)]
     head = (f"static void kn_dots_{P}_{N}(const float *restrict x, int64_t xs, const float *restrict w, int64_t ldw, "
-            "int64_t len, kn_v16 *restrict acc, float *restrict tail) {")
-    lines = [f"#if defined(__clang__)\n{head}\n#pragma clang fp contract(fast)\n#else\n"
-             f"__attribute__((optimize(\"fp-contract=fast\")))\n{head}\n#endif",
-             "  " + " ".join(f"kn_v16 a{j}_{n} = acc[{j * N + n}];" for j, n in pairs),
+            "int64_t len, kn_vec *restrict acc, float *restrict tail) {")
+    lines = [_contracting(head, autovectorize=False),
+             "  " + " ".join(f"kn_vec a{j}_{n} = acc[{j * N + n}];" for j, n in pairs),
              "  int64_t k = 0;",
-             "  for (; k + 16 <= len; k += 16) {",
-             "    " + " ".join(f"kn_v16 x{j}; memcpy(&x{j}, x + {j} * xs + k, 64);" for j in range(P)),
-             "    " + " ".join(f"kn_v16 w{n}; memcpy(&w{n}, w + {n} * ldw + k, 64);" for n in range(N)),
+             "  for (; k + KN_VW <= len; k += KN_VW) {",
+             "    " + " ".join(f"const kn_vec x{j} = KN_LOAD(x + {j} * xs + k);" for j in range(P)),
+             "    " + " ".join(f"const kn_vec w{n} = KN_LOAD(w + {n} * ldw + k);" for n in range(N)),
              "    " + " ".join(f"a{j}_{n} += x{j} * w{n};" for j, n in pairs),
              "  }",
              "  for (; k < len; k++) {",
@@ -230,7 +276,10 @@ def _dots(P: int, N: int) -> str:
 
 _ND = MIN_WINDOW_COLUMNS - 1
 _PIXELS = (1, 2, 4)  # kn_dots[i]: _PIXELS[i] pixels at a time
-_DOTS4_N = 5  # four pixels at a time up to this many channels (KN_DOTS4_N): more would spill
+# (KN_DOTS4_N, KN_DOTS2_N): four and two pixels at a time up to these many channels, with 32 vector
+# registers (AVX-512) and with 16; fewer channels than _ND otherwise run one pixel at a time.
+DOTS_CHANNELS = {"avx512": (3, _ND), "narrow": (1, 5)}
+_DOTS4_N = max(four for four, _ in DOTS_CHANNELS.values())
 
 
 def _made(P: int, N: int) -> bool:
@@ -239,7 +288,8 @@ def _made(P: int, N: int) -> bool:
 
 _DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1) if _made(P, N)) + (
     "\nstatic void (*const kn_dots[%d][%d])(const float *restrict, int64_t, const float *restrict, int64_t, int64_t,"
-    " kn_v16 *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
+    " kn_vec *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
         "{" + ", ".join(f"kn_dots_{P}_{n}" if _made(P, n) else "0" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
-HELPERS = HELPERS % {"nr": NR, "nd": _ND, "d4": _DOTS4_N, "dots": _DOTS.replace("%", "%%"),
+HELPERS = HELPERS % {"nr": NR, "nd": _ND, "d4": DOTS_CHANNELS["avx512"][0], "d2": DOTS_CHANNELS["avx512"][1],
+                     "d4_narrow": DOTS_CHANNELS["narrow"][0], "d2_narrow": DOTS_CHANNELS["narrow"][1], "dots": _DOTS.replace("%", "%%"),
                      "tiles": _TILES.replace("%", "%%")}

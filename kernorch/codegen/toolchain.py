@@ -9,6 +9,8 @@ reassociate and drop NaN/inf semantics, and results must stay close to the inter
 ``-ffp-contract=off`` keeps a*b+c from becoming an FMA, again for interpreter parity.
 Where glibc's libmvec exists, loops calling exp/erf/tanh/... use its SIMD variants.
 
+$KERNORCH_CFLAGS (``env.cflags``) come after those: a user may tune for another CPU or lower the ISA.
+
 Cache: ``env.cache_dir`` ($KERNORCH_CACHE_DIR or ``~/.cache/kernorch/build``), keyed also by
 the CPU (native code); compiler: ``env.cc`` ($CC), else cc, gcc. The caller passes the Env its
 entry point read (kernorch/options.py); only a call without one reads the environment itself.
@@ -81,9 +83,11 @@ def cache_dir(env: Env | None = None) -> Path:
     return (env or Env.read()).build_dir()
 
 
-def flags() -> list[str]:
+def flags(env: Env | None = None) -> list[str]:
+    """The compiler's flags: kernorch's own, -DKN_MVEC where libmvec exists, then $KERNORCH_CFLAGS
+    (``env.cflags``: the user's tuning or ISA, e.g. -mtune=znver4; later flags win)."""
     extra = ["-DKN_MVEC"] if _has_mvec() else []
-    return [*FLAGS, *extra]
+    return [*FLAGS, *extra, *(env.cflags if env else ())]
 
 
 def libs() -> list[str]:
@@ -94,7 +98,7 @@ def compile_source(source: str, env: Env | None = None) -> Path:
     """Compile ``source`` to a shared library (or reuse the cached one); return its path."""
     env = env or Env.read()
     cc = compiler(env.cc)
-    key = "\0".join([source, _compiler_id(cc), _cpu_id(), *flags(), *libs()])
+    key = "\0".join([source, _compiler_id(cc), _cpu_id(), *flags(env), *libs()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     out = env.build_dir() / f"kn_{digest}.so"
     if out.exists():
@@ -103,7 +107,7 @@ def compile_source(source: str, env: Env | None = None) -> Path:
         src = Path(tmp) / "kernels.c"
         src.write_text(source)
         lib = Path(tmp) / "kernels.so"
-        proc = subprocess.run([cc, *flags(), str(src), "-o", str(lib), *libs()], capture_output=True, text=True)
+        proc = subprocess.run([cc, *flags(env), str(src), "-o", str(lib), *libs()], capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompilerError(f"{Path(cc).name} rejected generated code: {_first_error(proc.stderr)}")
         os.replace(lib, out)

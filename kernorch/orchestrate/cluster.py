@@ -54,7 +54,8 @@ class TuningWorker:
 
         from kernorch.orchestrate.machine import machine_signature
 
-        return machine_signature(Env.read().cc), os.getpid(), socket.gethostname()
+        env = Env.read()
+        return machine_signature(env.cc, env.cflags), os.getpid(), socket.gethostname()
 
     def load(self, g, threads: int, provider_names: Sequence[str], timer_factory: Callable | None) -> None:
         from kernorch.orchestrate.measure import MeasuredCost, external_providers
@@ -245,7 +246,7 @@ def cluster_from(spec, env: Env | None = None) -> Iterator[RayTuning | None]:
         raise KernorchError(f"unknown cluster {spec!r}; use 'ray' or 'ray:ADDRESS'")
     from kernorch.orchestrate.machine import machine_signature
 
-    tuning.connect().start(machine_signature(env.cc))
+    tuning.connect().start(machine_signature(env.cc, env.cflags))
     try:
         yield tuning
     finally:

@@ -1,7 +1,8 @@
 """The machine kind a price was measured on: prices of one kind never stand in for another's.
 
-The signature names the CPU model and core count and hashes the library versions that build or
-run kernels (PyTorch, onnxruntime, OpenVINO, the C compiler), so a database shared between
+The signature names the CPU model, its ISA level and core count and hashes the library versions
+that build or run kernels (PyTorch, onnxruntime, OpenVINO, the C compiler), the CPU's full ISA
+(codegen/isa.py: a VM's model name often hides it) and the user's extra compiler flags, so a database shared between
 machines, merged from several (``kernorch db merge``) or filled by Ray workers keeps each kind's
 prices apart, and upgrading a provider prices its kernels again.
 """
@@ -38,9 +39,11 @@ def _version(package: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def machine_signature(cc: str | None = None) -> str:
-    """``<cpu model>-<N>c-<hash of library and compiler versions>``, e.g. ``amd-epyc-2c-1a2b3c4d``;
-    ``cc``: the environment's $CC (Env.cc)."""
+def machine_signature(cc: str | None = None, cflags: tuple[str, ...] = ()) -> str:
+    """``<cpu model>-<isa level>-<N>c-<hash of versions, ISA and flags>``, e.g.
+    ``amd-epyc-avx512-2c-1a2b3c4d``; ``cc``, ``cflags``: the environment's $CC and
+    $KERNORCH_CFLAGS (Env.cc, Env.cflags)."""
+    from kernorch.codegen import isa
     from kernorch.codegen.toolchain import _compiler_id, compiler
 
     try:
@@ -48,11 +51,11 @@ def machine_signature(cc: str | None = None) -> str:
     except Exception:  # noqa: BLE001 - no compiler: the providers can still measure
         cc = "no-cc"
     cores = os.cpu_count() or 1  # the machine's, not this process's affinity (a pinned worker is the same kind)
-    versions = ";".join([cc, *(f"{p}={_version(p)}" for p in VERSIONED)])
+    versions = ";".join([cc, *(f"{p}={_version(p)}" for p in VERSIONED), isa.host().describe(), *cflags])
     slug = re.sub(r"[^a-z0-9]+", "-", cpu_model().lower()).strip("-")[:32] or "cpu"
-    return f"{slug}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
+    return f"{slug}-{isa.host().level}-{cores}c-{hashlib.sha1(versions.encode()).hexdigest()[:8]}"
 
 
-def target_name(target: str, threads: int, cc: str | None = None) -> str:
+def target_name(target: str, threads: int, cc: str | None = None, cflags: tuple[str, ...] = ()) -> str:
     """The tuning database's target column: device, thread count and machine kind."""
-    return f"{target}-t{threads}@{machine_signature(cc)}"
+    return f"{target}-t{threads}@{machine_signature(cc, cflags)}"

@@ -33,6 +33,9 @@ from kernorch.providers.select import reason_or_none
 
 # c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
+# c19: GEMM tiles and dot products move vectors of the compiled ISA's width with typed unaligned loads and
+# stores (not memcpy: split by -mtune=sapphirerapids), rows summed in passes of 12 accumulators, partial
+# tiles specialized per row count (codegen/gemm_helpers.py);
 # c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only;
 # c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
 # products of a packed weight short along k split rows only (gemm.SHORT_K);
@@ -49,7 +52,7 @@ from kernorch.providers.select import reason_or_none
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c18"
+CODEGEN_VERSION = "c19"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.
@@ -151,7 +154,7 @@ class MeasuredCost(PricedCandidates):
         self._native_overhead_s = native_overhead_s
         self.env = env or Env.read()  # the settings the compile's entry point read (kernorch/options.py)
         self.threads = threads or self.env.threads
-        self.target = target_name(target, self.threads, self.env.cc)
+        self.target = target_name(target, self.threads, self.env.cc, self.env.cflags)
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()

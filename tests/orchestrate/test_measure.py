@@ -218,7 +218,7 @@ def test_constructor_defaults(tmp_path, monkeypatch):
     monkeypatch.setattr(measure, "external_providers", lambda threads: seen.append(threads) or ["p"])
     env = Env.read({"KERNORCH_NUM_THREADS": "3", "CC": "my-cc"})
     monkeypatch.setattr(Env, "read", classmethod(lambda cls, environ=None: env))
-    monkeypatch.setattr(measure, "target_name", lambda t, threads, cc=None: f"{t}|{threads}|{cc}")
+    monkeypatch.setattr(measure, "target_name", lambda t, threads, cc=None, cflags=(): f"{t}|{threads}|{cc}")
     m = MeasuredCost(g, TuningDB(tmp_path / "t.sqlite"))
     assert m.threads == 3 and seen == [3] and m.providers == ["p"] and m.env is env
     assert m.target == "cpu|3|my-cc"

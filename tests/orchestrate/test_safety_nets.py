@@ -287,10 +287,10 @@ def fresh_signature():
     machine.machine_signature.cache_clear()
 
 
-@pytest.mark.parametrize("part", ["torch", "onnxruntime", "openvino", "compiler", "cpu model"])
+@pytest.mark.parametrize("part", ["torch", "onnxruntime", "openvino", "compiler", "cpu model", "isa", "cflags"])
 def test_provider_compiler_and_cpu_changes_miss_the_cache(tmp_path, monkeypatch, fresh_signature, part):
-    """Provider versions, the C compiler and the CPU model are in the key (the machine signature
-    in the target column): upgrading any of them measures again."""
+    """Provider versions, the C compiler, the CPU model, its ISA and the user's compiler flags are in
+    the key (the machine signature in the target column): changing any of them measures again."""
     db = TuningDB(tmp_path / "db.sqlite")
     m, cands = _measured_cost(db)
     measured, _ = _prefetch_counts(m, cands)
@@ -301,6 +301,12 @@ def test_provider_compiler_and_cpu_changes_miss_the_cache(tmp_path, monkeypatch,
         monkeypatch.setattr(toolchain, "_compiler_id", lambda cc: "gcc (imaginary) 99.0")
     elif part == "cpu model":
         monkeypatch.setattr(machine, "cpu_model", lambda: "Imaginary CPU 9000")
+    elif part == "isa":
+        from kernorch.codegen import isa
+
+        monkeypatch.setattr(isa, "host", lambda: isa.from_flags({"avx2", "fma", "sse4_2"}))
+    elif part == "cflags":
+        monkeypatch.setenv("KERNORCH_CFLAGS", "-mtune=generic")
     else:
         real = machine._version
         monkeypatch.setattr(machine, "_version", lambda p: real(p) + "+next" if p == part else real(p))

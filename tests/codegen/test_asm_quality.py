@@ -1,0 +1,135 @@
+"""The generated GEMM's hot loops, read in the assembly gcc makes of them for CPUs we do not have.
+
+Speed measured on one processor says nothing about another: a memcpy into a vector temporary
+compiled to one 64-byte move under -mtune=znver4 and to two 32-byte loads, stores and a 64-byte
+reload (a store-forwarding stall at every k, 3-9x slower) under tunings that cap moves at 256 bits
+(gcc 12's -march=native on a Sapphire Rapids VM: rocketlake). So the hot loops
+are compiled with ``-S`` for a matrix of -march / -mtune targets and must show, on each: FMAs of
+the widest vectors the target has, one per accumulator, no vector register spilled to or reloaded
+from the stack, and no vector moved in halves. Runs on any x86 machine with gcc (nothing executes).
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+
+import pytest
+
+from kernorch.codegen import gemm_helpers, toolchain
+from tests.codegen.asm_loops import Loop, functions, inner_loops
+
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"),
+                                reason="reads x86 assembly made by gcc")
+
+# name -> flags replacing -march=native. Zen 4 needs gcc 13; an older gcc gets Zen 3 with Zen 4's
+# AVX-512 subsets (the ISA the code is written for; the tuning is Zen 3's).
+TARGETS = {
+    "x86-64-v3": ["-march=x86-64-v3"],
+    "skylake-avx512": ["-march=skylake-avx512"],
+    "icelake-server": ["-march=icelake-server"],
+    "sapphirerapids": ["-march=sapphirerapids"],
+    "rocketlake": ["-march=rocketlake"],  # what gcc 12's -march=native makes of a Sapphire Rapids VM
+    "skylake-avx512, tuned sapphirerapids": ["-march=skylake-avx512", "-mtune=sapphirerapids"],
+    "znver3": ["-march=znver3"],
+    "znver4": ["-march=znver4"],
+    "native, tuned generic": ["-march=native", "-mtune=generic"],
+}
+ZNVER4_ON_OLD_GCC = ["-march=znver3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
+                     "-mavx512bf16"]
+
+PROBES = r"""
+void probe_tile(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
+{ kn_gemm_tile(mr, K, a, lda, bp, t, pf); }
+void probe_tile16(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
+{ kn_gemm_tile16(mr, K, a, lda, bp, t, pf); }
+void probe_tile_at(int64_t mr, int64_t K, const float *a, int64_t lda, const int32_t *wo, const float *bp,
+                   float *t, int64_t pf) { kn_gemm_tile_at(mr, K, a, lda, wo, bp, t, pf); }
+void probe_dot_rows(int64_t mr, int64_t K, const float *a, int64_t lda, int64_t N, const float *w, float *t)
+{ kn_dot_rows(mr, K, a, lda, N, w, t); }
+"""
+
+
+def _flags(target: str) -> list[str]:
+    own = [f for f in toolchain.FLAGS if f not in ("-march=native", "-shared", "-w")]
+    flags = TARGETS[target]
+    probe = subprocess.run(["gcc", *flags, "-x", "c", "-E", "-", "-o", "/dev/null"], input="", text=True,
+                           capture_output=True)
+    if probe.returncode != 0 and target == "znver4":
+        flags = ZNVER4_ON_OLD_GCC
+    return [*own, *flags, "-w"]
+
+
+def _width(flags: list[str]) -> str:
+    """The widest vector register the flags give: z (AVX-512), y (AVX) or x, from gcc's own macros."""
+    macros = subprocess.run(["gcc", *flags, "-dM", "-E", "-x", "c", "-"], input="", text=True,
+                            capture_output=True, check=True).stdout
+    return "z" if "__AVX512F__" in macros else "y" if "__AVX__" in macros else "x"
+
+
+@pytest.fixture(scope="module", params=sorted(TARGETS))
+def compiled(request, tmp_path_factory):
+    flags = _flags(request.param)
+    src = tmp_path_factory.mktemp("asm") / "helpers.c"
+    src.write_text("#include <stdint.h>\n" + gemm_helpers.HELPERS + PROBES)
+    asm = subprocess.run(["gcc", *flags, "-S", str(src), "-o", "-"], capture_output=True, text=True, check=True)
+    return request.param, _width(flags), functions(asm.stdout)
+
+
+def _hot_loops(fns: dict[str, list[str]], names: tuple[str, ...], width: str) -> list[Loop]:
+    """The innermost loops of ``names`` (a probe and what may be inlined into it) that sum products in
+    vectors: packed multiply-adds and no scalar arithmetic (which marks the scalar tail along k, when
+    gcc vectorizes it as an in-order reduction of a few lanes)."""
+    loops = [lp for name in names if name in fns for lp in inner_loops(name, fns[name])]
+    return [lp for lp in loops if lp.packed_products(width) and not lp.scalar_float_ops()]
+
+
+def _check(target: str, width: str, loops: list[Loop], accumulators: int, what: str) -> None:
+    assert loops, f"{target}: {what} has no loop of {width}mm FMAs"
+    most = max(lp.packed_products(width) for lp in loops)
+    assert most % accumulators == 0 and most <= 4 * accumulators, \
+        f"{target}: {what}'s main loop should have {accumulators} {width}mm FMAs a k step (one per accumulator, " \
+        f"unrolled at most 4 times): {[lp.packed_products(width) for lp in loops]}"
+    for lp in loops:
+        assert not lp.vector_stack_traffic(), f"{target}: {what} spills vectors in a hot loop: " \
+                                              f"{lp.vector_stack_traffic()[:3]}"
+        assert not lp.narrow_moves(width), f"{target}: {what} moves {width}mm vectors in halves: " \
+                                           f"{lp.narrow_moves(width)[:3]}"
+
+
+@pytest.mark.parametrize("tile", ["kn_gemm_tile", "kn_gemm_tile16", "kn_gemm_tile_at"])
+def test_gemm_tiles_keep_accumulators_in_registers(compiled, tile):
+    target, width, fns = compiled
+    if width == "x":
+        pytest.skip("no FMA on this target")
+    probe = "probe_" + tile.removeprefix("kn_gemm_")
+    loops = _hot_loops(fns, (probe, tile, tile + "_pass", tile + "_rows"), width)
+    _check(target, width, loops, 12, tile)
+
+
+def test_dot_products_keep_accumulators_in_registers(compiled):
+    """Every kn_dots_P_N the kernels call on this ISA (KN_DOTS4_N, KN_DOTS2_N)."""
+    target, width, fns = compiled
+    if width == "x":
+        pytest.skip("no FMA on this target")
+    four, two = gemm_helpers.DOTS_CHANNELS["avx512" if width == "z" else "narrow"]
+    for p, n_max in ((1, gemm_helpers._ND), (2, two), (4, four)):
+        for n in range(1, n_max + 1):
+            name = f"kn_dots_{p}_{n}"
+            _check(target, width, _hot_loops(fns, (name,), width), p * n, name)
+
+
+def test_the_checks_catch_a_split_memcpy_load():
+    """The checks fail on the code that was slow on Sapphire Rapids: a 64-byte memcpy into a vector."""
+    slow = gemm_helpers.HELPERS.replace(
+        "#define KN_LOAD(p) (*(const kn_vec *)(p))",
+        "static inline kn_vec kn_load(const float *p) { kn_vec v; memcpy(&v, p, sizeof v); return v; }\n"
+        "#define KN_LOAD(p) kn_load(p)")
+    assert slow != gemm_helpers.HELPERS
+    flags = _flags("rocketlake")
+    asm = subprocess.run(["gcc", *flags, "-S", "-x", "c", "-", "-o", "-"], input="#include <stdint.h>\n" + slow
+                         + PROBES, capture_output=True, text=True, check=True).stdout
+    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "z")
+    with pytest.raises(AssertionError, match="spills|halves|main loop"):
+        _check("rocketlake", "z", loops, 12, "kn_gemm_tile")
