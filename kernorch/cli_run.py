@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kernorch.errors import InputError, KernorchError
+from kernorch.options import PRECISIONS
 
 STRATEGIES = ("optimal", "greedy", "per-operator", "unfused")
 SOURCE = "source.onnx"     # the original model, kept next to a compiled one for `run --compare`
@@ -42,6 +43,11 @@ def add_commands(sub, add_model_args) -> None:
                         "own kernels only; default ort,openvino,torch,torch_onednn)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
+    q.add_argument("--precision", choices=tuple(PRECISIONS), default="f32",
+                   help="f32 (default); bf16: linear kernels may compute in bfloat16 on the CPU's matrix units "
+                        "(AMX, AVX512-BF16), each kept only within --accuracy-budget; the accuracy is reported")
+    q.add_argument("--accuracy-budget", type=float, metavar="REL",
+                   help="relative error a bf16 kernel may add (default 1e-2 of its output's scale)")
     q.add_argument("--ray", metavar="ADDRESS", help="measure candidates on a Ray cluster ('auto', host:port or "
                                                     "ray://...; needs the 'ray' extra)")
     q.add_argument("--require-quiet", action="store_true",
@@ -150,7 +156,8 @@ def _compile(args, shapes, out: Path) -> int:
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
                              regions=not args.no_regions, require_quiet=args.require_quiet,
-                             cluster=None if args.ray is None else f"ray:{args.ray}", **kw)
+                             cluster=None if args.ray is None else f"ray:{args.ray}", precision=args.precision,
+                             accuracy_budget=args.accuracy_budget, **kw)
     secs = time.perf_counter() - t0
     try:
         model.save(out)

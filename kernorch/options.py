@@ -52,6 +52,8 @@ DEFAULT_PROVIDERS: tuple[str, ...] = ("ort", "openvino", "torch", "torch_onednn"
 # 3000 left the convolution segments of MobileNetV3 / EfficientViT (4600-4700 sets) without their
 # large kernels (depthwise + activation in channels-last): their plans ran 15-20% slower.
 TUNING_BUDGET = 6000
+# precision= : what the compiled model may compute in, and the providers that adds (besides DEFAULT_PROVIDERS)
+PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("torch_onednn_bf16",)}
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y"), ("0", "false", "no", "off", "n", "")
 
 
@@ -138,6 +140,8 @@ class Options:
     tuning_budget: int | None = TUNING_BUDGET
     require_quiet: bool = False
     cluster: Any = None
+    precision: str = "f32"  # "bf16": linear kernels may compute in bfloat16 (PRECISIONS)
+    accuracy_budget: float | None = None  # relative error a reduced-precision kernel may add (None: 1e-2)
     env: Env = field(default_factory=Env.read)
 
     @classmethod

@@ -150,10 +150,11 @@ def compare(got: Any, ref: np.ndarray, rel: float | None = None) -> tuple[bool, 
     return err <= tol, err, f"max abs error {err:.3g} {'<=' if err <= tol else '>'} tolerance {tol:.3g}"
 
 
-def check(outputs: Sequence[ValueId], got: Sequence[Any], ref: Mapping[ValueId, np.ndarray]
-          ) -> tuple[bool, float, str]:
+def check(outputs: Sequence[ValueId], got: Sequence[Any], ref: Mapping[ValueId, np.ndarray],
+          rel: float | None = None) -> tuple[bool, float, str]:
     """Compare a kernel's results (one per output, in order) with the reference outputs: count,
-    dtype and values. Returns (ok, worst max abs error, detail naming the first bad output)."""
+    dtype and values (``rel``: compare's). Returns (ok, worst max abs error, detail naming the first
+    bad output)."""
     got = list(got)
     if len(got) != len(outputs):
         return False, math.inf, f"returned {len(got)} outputs, expected {len(outputs)}"
@@ -162,7 +163,7 @@ def check(outputs: Sequence[ValueId], got: Sequence[Any], ref: Mapping[ValueId, 
         arr, want = to_numpy(t), np.asarray(ref[v])
         if arr.dtype != want.dtype:
             return False, math.inf, f"output %{v}: dtype {arr.dtype}, expected {want.dtype}"
-        ok, err, detail = compare(arr, want)
+        ok, err, detail = compare(arr, want, rel)
         worst = max(worst, err)
         if not ok:
             return False, err, f"output %{v}: {detail}"
@@ -170,14 +171,15 @@ def check(outputs: Sequence[ValueId], got: Sequence[Any], ref: Mapping[ValueId, 
 
 
 def verify(run: Callable[[list[np.ndarray]], Sequence[Any]], inputs: Sequence[ValueId], outputs: Sequence[ValueId],
-           g: Graph, members: Iterable[ValueId], ref: Reference | None = None, seed: int = 0
-           ) -> tuple[bool, float, str]:
+           g: Graph, members: Iterable[ValueId], ref: Reference | None = None, seed: int = 0,
+           rel: float | None = None) -> tuple[bool, float, str]:
     """Run a kernel (``run`` maps arrays for ``inputs`` to results for ``outputs``) and compare it
     with the interpreter on the prims ``members`` (``ref``, when the caller computed it once for
-    several kernels). Exceptions of the kernel or the interpreter propagate: the caller records them."""
+    several kernels; ``rel``: the kernel's own tolerance, for arithmetic of lower precision than its
+    outputs). Exceptions of the kernel or the interpreter propagate: the caller records them."""
     if ref is None:
         ref = reference(g, g.subgraph(set(members), list(outputs)), seed)
-    return check(outputs, run(kernel_feeds(g, inputs, ref[0], seed)), ref[1])
+    return check(outputs, run(kernel_feeds(g, inputs, ref[0], seed)), ref[1], rel)
 
 
 def to_numpy(a: Any) -> np.ndarray:

@@ -124,17 +124,19 @@ REGION_PROVIDERS = ("ort", "openvino")
 REGION_PREFIX = "region:"
 
 
-def external_providers(threads: int, names: Sequence[str] | None = DEFAULT_PROVIDERS) -> list[Provider]:
-    """The installed external providers (onnxruntime, OpenVINO, PyTorch variants), by name."""
-    every = default_providers(threads)
+def external_providers(threads: int, names: Sequence[str] | None = DEFAULT_PROVIDERS,
+                       bf16_tolerance: float | None = None) -> list[Provider]:
+    """The installed external providers (onnxruntime, OpenVINO, PyTorch variants), by name;
+    ``bf16_tolerance``: the accuracy budget the bf16 provider's kernels are judged by."""
+    every = default_providers(threads, bf16_tolerance)
     unknown = sorted(set(names or ()) - {p.name for p in every})
     if unknown:
         raise KernorchError(f"unknown provider(s) {', '.join(unknown)}; choose from "
                             f"{', '.join(p.name for p in every)}")
     out = [p for p in every if p.available()]
     if names is not None:
-        out = [p for p in out if p.name in names]
-    return out
+        return [p for p in out if p.name in names]
+    return [p for p in out if not p.key_suffix]  # a lower precision only by name (options.PRECISIONS)
 
 
 class MeasuredCost(PricedCandidates):
@@ -154,12 +156,13 @@ class MeasuredCost(PricedCandidates):
         self._native_overhead_s = native_overhead_s
         self.env = env or Env.read()  # the settings the compile's entry point read (kernorch/options.py)
         self.threads = threads or self.env.threads
-        self.target = target_name(target, self.threads, self.env.cc, self.env.cflags)
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()
         self._start_memo()
         self.providers = list(providers) if providers is not None else external_providers(self.threads)
+        self.target = target_name(target, self.threads, self.env.cc, self.env.cflags) + "".join(
+            sorted({p.key_suffix for p in self.providers}))
         self.timer = MedianTimer(warmup=2, repeats=5, min_sample_s=1e-4, min_warmup_s=0.005)
         self._kind = {p.output: p.kind.value for p in g.prims}
         self._linear = {v for v, k in self._kind.items() if k == "linear"}

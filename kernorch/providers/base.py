@@ -49,6 +49,10 @@ class BuiltKernel:
     # What ``Provider.load`` needs to rebuild this kernel in another process (a saved model):
     # JSON values, plus ``bytes`` that the saved format stores as files. Always ``threads``.
     state: dict = field(default_factory=dict, repr=False)
+    # The relative tolerance the oracle judges this kernel by (ir/oracle.py), when its arithmetic is
+    # of lower precision than its outputs' dtype (a bf16 step between float32 values); None: the
+    # outputs' dtype's.
+    rel_tolerance: float | None = None
 
 
 class Provider:
@@ -64,6 +68,12 @@ class Provider:
     def available(self) -> bool:
         """Whether the optional dependency behind this provider is installed."""
         return True
+
+    @property
+    def key_suffix(self) -> str:
+        """What this provider adds to the tuning database's target column: prices taken with it
+        (a lower precision, its tolerance) never stand in for a compile without it."""
+        return ""
 
     def can_run(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> bool | str:
         """``True``, or a one-line reason why this provider cannot run the candidate."""
@@ -122,7 +132,7 @@ def verify(built: BuiltKernel, g: Graph, members: Iterable[ValueId], outputs: Se
         if list(built.outputs) != list(sub.outputs):
             return False, math.inf, f"outputs {built.outputs} differ from {sub.outputs}"
         got = oracle.verify(lambda xs: built.run([torch.from_numpy(x) for x in xs]), built.inputs, built.outputs,
-                            g, members, reference, seed)
+                            g, members, reference, seed, rel=built.rel_tolerance)
     except Exception as e:  # noqa: BLE001 -- a failing provider is a result, not a crash
         return False, math.inf, f"run failed: {type(e).__name__}: {_one_line(e)}"
     return got

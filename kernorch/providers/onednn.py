@@ -3,6 +3,12 @@ matmul with constant weights prepacked once at build time (``mkldnn._reorder_*_w
 bias, and a post-op chain applied while the output is hot: a residual ``add`` (or ``mul``/``sub``)
 with a same-shaped tensor, then ``relu``/``sigmoid``/``tanh``.
 
+In bfloat16 (the ``onednn_bf16`` variant, ``precision="bf16"``) the weight is prepacked in bf16, the
+input and a residual operand are cast to bf16 as the step reads them, the bias stays float32, the
+products accumulate in float32 on the CPU's matrix units (AMX, AVX512-BF16) and the bf16 result is
+widened back to float32: the graph around the step stays float32, only the step's arithmetic and
+its result's rounding change (the oracle judges such a kernel with the bf16 tolerance).
+
 A convolution keeps the memory format of its input: fed a channels-last view (the NHWC side of a
 layout pair, rewrite/layouts.py) it computes and returns channels-last, so consecutive kernels
 can stay in NHWC. Used by the ``onednn`` variant of the torch provider (torch_ops.py); a step
@@ -109,29 +115,35 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
         x_shape[2] += pre_pad[2] + pre_pad[3]
         x_shape[3] += pre_pad[0] + pre_pad[1]
     stride, dilation = list(a.strides), list(a.dilations)
-    packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), padding, stride, dilation, a.groups,
-                                                          x_shape)
+    low = _Precision(b.bf16)
+    if b.bf16 and a.groups > 1 and post_ops(b, out_v)[0] is not None:
+        return None  # PyTorch 2.13 has no bf16 add_relu for oneDNN's grouped binary convolution
+    packed = torch.ops.mkldnn._reorder_convolution_weight(low.weight(w.contiguous()), padding, stride, dilation,
+                                                          a.groups, x_shape)
     out_v, other_slot, binary, act = absorb(b, p, out_v)
     xs, o = b.s(x), b.s(out_v)
     n_out = b.sub.types[p.output].shape[1]
-    b.notes.append("oneDNN conv, prepacked weight")
+    b.notes.append(f"oneDNN conv, prepacked {low.label} weight")
     fused = torch.ops.mkldnn._convolution_pointwise
 
     bias = _bias_reader(bias_slot, n_out, fixed)
 
     def inp(e):
-        return F.pad(e[xs], pre_pad) if pre_pad else e[xs]
+        return low.read(F.pad(e[xs], pre_pad) if pre_pad else e[xs])
 
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     if other_slot is None:
         def run(e):
-            e[o] = fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, scalars, algorithm)
+            e[o] = low.result(fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, scalars,
+                                    algorithm))
     else:
+        bias = _bias_reader(bias_slot, n_out, fixed, low.dtype)  # the binary op wants the input's dtype
+
         def run(e):
             xt = inp(e)
-            other = e[other_slot].contiguous(memory_format=_format_of(xt))
-            e[o] = fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups, binary, None,
-                                None if act is None else unary, scalars, algorithm)
+            other = low.read(e[other_slot]).contiguous(memory_format=_format_of(xt))
+            e[o] = low.result(fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups, binary,
+                                           None, None if act is None else unary, scalars, algorithm))
     return run, out_v
 
 
@@ -148,34 +160,57 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
     binary_prim, _, act, _ = post_ops(b, out_v)
     if binary_prim is not None and act is not None:
         return None  # oneDNN's linear takes one post-op here; leave the chain to PyTorch
-    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
+    low = _Precision(b.bf16)
+    packed = torch.ops.mkldnn._reorder_linear_weight(low.weight(w.t().contiguous()), rows)
     out_v, other_slot, binary, act = absorb(b, p, out_v)
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     a_s, o = b.s(p.inputs[0]), b.s(out_v)
     out_shape = b.sub.types[p.output].shape
-    b.notes.append("oneDNN linear, prepacked weight")
+    b.notes.append(f"oneDNN linear, prepacked {low.label} weight")
     linear = torch.ops.mkldnn._linear_pointwise
 
     bias = _bias_reader(bias_slot, n, fixed)
 
     if other_slot is None:
         def run(e):
-            e[o] = linear(e[a_s].reshape(-1, kdim), packed, bias(e), unary, scalars, algorithm).reshape(out_shape)
+            e[o] = low.result(linear(low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
+                                     algorithm)).reshape(out_shape)
     else:
         def run(e):
-            other = e[other_slot].reshape(-1, n)
-            e[o] = linear.binary(e[a_s].reshape(-1, kdim), other, packed, bias(e), binary).reshape(out_shape)
+            other = low.read(e[other_slot]).reshape(-1, n)
+            e[o] = low.result(linear.binary(low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
+                                            binary)).reshape(out_shape)
     return run, out_v
 
 
-def _bias_reader(slot: int | None, n: int, fixed: dict[int, torch.Tensor]) -> Callable[[list], torch.Tensor | None]:
-    """The bias vector of a step: a constant one shaped once at build time, else per run."""
+class _Precision:
+    """What a step computes in: float32 (casts are no-ops), or bfloat16 (weights packed in bf16,
+    operands cast as read, the result widened to float32)."""
+
+    def __init__(self, bf16: bool) -> None:
+        self.dtype = torch.bfloat16 if bf16 else torch.float32
+        self.label = "bf16" if bf16 else "f32"
+
+    def weight(self, w: torch.Tensor) -> torch.Tensor:
+        return w.to(self.dtype)
+
+    def read(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(self.dtype)
+
+    @staticmethod
+    def result(t: torch.Tensor) -> torch.Tensor:
+        return t.float()
+
+
+def _bias_reader(slot: int | None, n: int, fixed: dict[int, torch.Tensor],
+                 dtype: torch.dtype = torch.float32) -> Callable[[list], torch.Tensor | None]:
+    """The bias vector of a step in ``dtype``: a constant one shaped once at build time, else per run."""
     if slot is None:
         return lambda e: None
     if slot in fixed:
-        vector = fixed[slot].reshape(n).contiguous()
+        vector = fixed[slot].reshape(n).contiguous().to(dtype)
         return lambda e: vector
-    return lambda e: e[slot].reshape(n)
+    return lambda e: e[slot].reshape(n).to(dtype)
 
 
 def _format_of(t: torch.Tensor) -> torch.memory_format:

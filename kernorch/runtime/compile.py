@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from kernorch.codegen import isa
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import random_inputs
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
@@ -17,9 +18,10 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
+from kernorch.orchestrate.machine import cpu_model
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
 from kernorch.orchestrate.recheck import recheck
-from kernorch.options import DEFAULT_PROVIDERS, TUNING_BUDGET, Env, Options
+from kernorch.options import DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
@@ -32,7 +34,7 @@ from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
 from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
-from kernorch.runtime import native
+from kernorch.runtime import accuracy, native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.whole import original_regions, region_plan, source_model
@@ -69,7 +71,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             dynamo: bool | None = None, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
-            cluster: Any = None, options: Options | None = None) -> CompiledModel:
+            cluster: Any = None, precision: str = "f32", accuracy_budget: float | None = None,
+            options: Options | None = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
     ``"ray:ADDRESS"``) measures candidates on a Ray cluster. One pipeline for every target
@@ -102,6 +105,10 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
                                                 env=opts.env, reprice=in_context)
+    if opts.precision != "f32":
+        with _progress_bar(opts.progress, f"measuring {opts.precision} accuracy against float32"):
+            rep.precision = opts.precision
+            rep.accuracy = accuracy.as_dicts(accuracy.measure(g, compiled.run))
     return _finish(compiled, plan, rep, g, t0, t3)
 
 
@@ -148,6 +155,14 @@ def _check_options(opts: Options) -> None:
         raise KernorchError(f"unknown cost {opts.cost!r}; choose one of {', '.join(COSTS)}")
     if opts.cluster is not None and opts.cost != "measured":
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
+    if opts.precision not in PRECISIONS:
+        hint = " (int8 is not built yet)" if opts.precision == "int8" else ""
+        raise KernorchError(f"unknown precision {opts.precision!r}{hint}; choose one of {', '.join(PRECISIONS)}")
+    if opts.accuracy_budget is not None and not 0 < opts.accuracy_budget < 1:
+        raise KernorchError(f"accuracy_budget={opts.accuracy_budget!r}: expected a relative error between 0 and 1")
+    if opts.precision == "bf16" and opts.target == "cpu" and not isa.host().bf16:
+        raise KernorchError(f"precision='bf16' needs a CPU with bf16 arithmetic (AMX or AVX512-BF16); this one "
+                            f"({cpu_model()}) has {isa.host().describe()}")
 
 
 def _knobs(opts: Options, target: targets.Target) -> Knobs:

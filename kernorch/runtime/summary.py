@@ -12,13 +12,14 @@ RUNTIME_WORDS = {
     "linear": "kernorch's linear kernels (PyTorch: oneDNN/BLAS, cuBLAS/cuDNN)",
     "torch": "PyTorch (oneDNN/BLAS linear)",
     "torch_onednn": "oneDNN fused linear",
+    "torch_onednn_bf16": "oneDNN fused linear in bf16",
     "torch_cl": "PyTorch channels-last linear",
     "torch_jit": "PyTorch JIT linear",
     "reference": "reference (opaque op)",
     "ort": "onnxruntime",
     "openvino": "OpenVINO",
 }
-OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_cl", "torch_jit", "host"}
+OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_onednn_bf16", "torch_cl", "torch_jit", "host"}
 
 
 def runtime_name(provider: str) -> str:
@@ -88,6 +89,10 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
             won = min(e2e, key=e2e.__getitem__)
             lines.append("choice    " + " vs ".join(f"{what.get(k, k)} {ms(t)}" for k, t in e2e.items())
                          + f" end to end: kept the {what.get(won, won)}")
+        for i, acc in enumerate(getattr(r, "accuracy", None) or []):
+            top1 = "" if acc["top1"] is None else f", top-1 agreement {acc['top1']:.1%}"
+            lines.append(("accuracy  " if i == 0 else "          ") + f"{r.precision} vs float32 reference, "
+                         f"{acc['output']}: max rel err {acc['max_rel_err']:.2e}, cosine {acc['cosine']:.5f}{top1}")
         if secs:
             wall = "" if seconds is None else \
                 f" ({seconds:.1f} s wall clock with start-up, saving and the latency comparison)"

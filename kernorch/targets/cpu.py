@@ -10,7 +10,7 @@ from typing import Sequence
 from kernorch import codegen
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
-from kernorch.options import Env, Options
+from kernorch.options import PRECISIONS, Env, Options
 from kernorch.orchestrate.cluster import cluster_from
 from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
@@ -45,6 +45,9 @@ class CpuTarget(Target):
         self.threads, self.env = options.cpu_threads, options.env
         self.provider_names, self.cluster, self.require_quiet = options.providers, options.cluster, \
             options.require_quiet
+        if self.provider_names is not None:  # a lower precision adds its providers to the user's
+            self.provider_names = (*self.provider_names, *PRECISIONS.get(options.precision, ()))
+        self.bf16_tolerance = options.accuracy_budget
 
     def host_cores(self, cost: str) -> int:
         return self.threads if cost == "measured" and self.cluster is None else 0
@@ -54,7 +57,7 @@ class CpuTarget(Target):
 
     @contextmanager
     def measurer(self, g, db, rough):
-        ext = external_providers(self.threads, self.provider_names)
+        ext = external_providers(self.threads, self.provider_names, self.bf16_tolerance)
         with cluster_from(self.cluster, self.env) as workers:
             yield MeasuredCost(g, db, threads=self.threads, providers=ext, roofline=rough,
                                require_quiet=self.require_quiet, cluster=workers, env=self.env)

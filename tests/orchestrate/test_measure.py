@@ -202,7 +202,7 @@ def test_external_providers_by_name(monkeypatch):
     every = [Named("ort"), Named("openvino", available=False), Named("torch"), Named("torch_onednn"),
              Named("torch_jit")]
     threads = []
-    monkeypatch.setattr(measure, "default_providers", lambda t: threads.append(t) or every)
+    monkeypatch.setattr(measure, "default_providers", lambda t, bf16_tolerance=None: threads.append(t) or every)
     assert [p.name for p in measure.external_providers(2, None)] == ["ort", "torch", "torch_onednn", "torch_jit"]
     assert [p.name for p in measure.external_providers(2, ["torch", "openvino"])] == ["torch"]
     assert [p.name for p in measure.external_providers(2)] == ["ort", "torch", "torch_onednn"]
@@ -215,12 +215,12 @@ def test_external_providers_by_name(monkeypatch):
 def test_constructor_defaults(tmp_path, monkeypatch):
     g, n, e = _chain()
     seen = []
-    monkeypatch.setattr(measure, "external_providers", lambda threads: seen.append(threads) or ["p"])
+    monkeypatch.setattr(measure, "external_providers", lambda threads: seen.append(threads) or [Named("p")])
     env = Env.read({"KERNORCH_NUM_THREADS": "3", "CC": "my-cc"})
     monkeypatch.setattr(Env, "read", classmethod(lambda cls, environ=None: env))
     monkeypatch.setattr(measure, "target_name", lambda t, threads, cc=None, cflags=(): f"{t}|{threads}|{cc}")
     m = MeasuredCost(g, TuningDB(tmp_path / "t.sqlite"))
-    assert m.threads == 3 and seen == [3] and m.providers == ["p"] and m.env is env
+    assert m.threads == 3 and seen == [3] and [p.name for p in m.providers] == ["p"] and m.env is env
     assert m.target == "cpu|3|my-cc"
     assert (m.batch, m.kernel_overhead_s, m.roofline, m.require_quiet, m.cluster) == (32, 25e-6, None, False, None)
     t = m.timer
