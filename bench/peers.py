@@ -380,6 +380,14 @@ def interleaved(runners: dict[str, Runner], repeats: int, min_sample_s: float, w
     return {n: s for n, s in samples.items() if n not in errors and s}
 
 
+def machine_header(threads: int) -> str:
+    """The machine, as ``kernorch doctor`` prints it (without its GEMM check): CPU, ISA, compiler,
+    flags, threads and load, above every table a bench prints."""
+    from kernorch.runtime.doctor import machine_lines
+
+    return "\n".join(machine_lines(threads))
+
+
 def machine_info(threads: int) -> dict:
     from kernorch.orchestrate.machine import cpu_model
 

@@ -179,6 +179,15 @@ def cmd_check(args) -> int:
 # parser and entry point
 # ---------------------------------------------------------------------------------------------
 
+def cmd_doctor(args) -> int:
+    from kernorch.options import Env
+    from kernorch.runtime.doctor import report
+
+    env = Env.read()
+    print(report(args.threads or env.threads, env, refresh=args.refresh))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kernorch import __version__
 
@@ -203,6 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--tol", type=float, default=1e-4,
                    help="mismatch when max abs err > TOL * max(1, max|ref|) (default 1e-4)")
     q.set_defaults(func=cmd_check)
+
+    q = sub.add_parser("doctor", help="print what this machine is to kernorch, and its generated GEMM's speed",
+                       description="Print the CPU, its ISA, the C compiler with kernorch's flags and what "
+                                   "-march=native means to it, the threads and the machine signature prices are "
+                                   "keyed by; then the generated GEMM's speed next to oneDNN's on three products "
+                                   "(measured once per machine and cached; --refresh measures again).")
+    q.add_argument("--threads", type=positive_int, help="threads (default $KERNORCH_NUM_THREADS or all CPUs)")
+    q.add_argument("--refresh", action="store_true", help="measure the GEMM check again")
+    q.set_defaults(func=cmd_doctor)
 
     from kernorch.cli_run import add_commands
 

@@ -184,6 +184,8 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     busy = check_free_cores(cores, target.require_quiet) if cores else ""
     knobs = _knobs(opts, target)
     rep = CompileReport(strategy, cost, busy=busy)
+    if cost == "measured":
+        rep.efficiency = target.efficiency_note()
     t0 = time.perf_counter()
     g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
     rep.opaque, rep.exporter = dict(imp.opaque), imp.exporter

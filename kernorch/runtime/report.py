@@ -43,6 +43,7 @@ class CompileReport:
     other_load: float = 0.0  # most cores other processes kept busy while kernels were timed
     doubtful_share: float = 0.0  # share of the plan's priced cost resting on flagged prices
     busy: str = ""  # set when tuning used more threads than the machine had free cores
+    efficiency: str = ""  # set when this CPU runs generated GEMMs far behind the library (gemm_check.py)
     precision: str = "f32"  # what the compile let kernels compute in (options.PRECISIONS)
     # per output, a reduced-precision compile against the float32 reference (runtime/accuracy.py)
     accuracy: list[dict] = field(default_factory=list)

@@ -76,6 +76,8 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
         note = r.timing_note() if hasattr(r, "timing_note") else ""
         if note:
             lines.append(f"          {note}")
+        if getattr(r, "efficiency", ""):
+            lines.append(f"warning   {r.efficiency}")
         e2e = getattr(r, "end_to_end", None) or {}
         priced = getattr(r, "priced_s", None)
         if priced and "plan" in e2e:

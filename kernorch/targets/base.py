@@ -33,6 +33,11 @@ class Target(ABC):
         """The orchestration knobs as this target runs them."""
         return knobs
 
+    def efficiency_note(self) -> str:
+        """One line when this machine runs kernorch's generated code far behind the libraries
+        (a per-machine check, cached), else ''."""
+        return ""
+
     def host_cores(self, cost: str) -> int:
         """Cores of this machine that measuring with ``cost`` keeps busy, checked free before
         tuning (0: none, nothing to check)."""

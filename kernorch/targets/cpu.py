@@ -49,6 +49,14 @@ class CpuTarget(Target):
             self.provider_names = (*self.provider_names, *PRECISIONS.get(options.precision, ()))
         self.bf16_tolerance = options.accuracy_budget
 
+    def efficiency_note(self) -> str:
+        from kernorch.targets import gemm_check
+
+        try:
+            return gemm_check.behind_note(gemm_check.cached(self.threads, self.env))
+        except (KernorchError, RuntimeError, OSError) as e:  # no compiler, no oneDNN: the compile says so later
+            return f"the generated GEMM could not be checked on this CPU ({e})"
+
     def host_cores(self, cost: str) -> int:
         return self.threads if cost == "measured" and self.cluster is None else 0
 
