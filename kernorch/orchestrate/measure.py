@@ -120,7 +120,7 @@ def codegen_provider(kernel) -> str:
 
 # DEFAULT_PROVIDERS (imported above) lives in kernorch/options.py, with compile()'s other defaults.
 # Providers that compile whole subgraphs, so they can run provider regions (regions.py).
-REGION_PROVIDERS = ("ort", "openvino")
+REGION_PROVIDERS = ("ort", "openvino", "openvino_bf16")
 REGION_PREFIX = "region:"
 
 

@@ -15,7 +15,8 @@ def default_providers(threads: int | None = None, bf16_tolerance: float | None =
     ``bf16_tolerance``: the accuracy budget of the bf16 variant (``precision="bf16"``)."""
     return [OrtProvider(threads), OpenVinoProvider(threads), TorchProvider("eager", threads),
             TorchProvider("onednn", threads), TorchProvider("channels_last", threads), TorchProvider("jit", threads),
-            TorchProvider("onednn_bf16", threads, tolerance=bf16_tolerance)]
+            TorchProvider("onednn_bf16", threads, tolerance=bf16_tolerance),
+            OpenVinoProvider(threads, precision="bf16", tolerance=bf16_tolerance)]
 
 
 __all__ = ["BuiltKernel", "MedianTimer", "OpenVinoProvider", "OrtProvider", "Provider", "ProviderError",

@@ -2,7 +2,9 @@
 
 OpenVINO reads the exported ONNX model directly and compiles it for the CPU. It is the strongest
 CPU peer on convolution-heavy models, so it serves the linear kernels it wins. Precision is pinned
-to f32: on CPUs with bf16/AMX support OpenVINO would otherwise compute in bf16 by default.
+to f32 (``openvino``): on CPUs with bf16/AMX support OpenVINO would otherwise compute in bf16 by
+default. ``openvino_bf16`` (``precision="bf16"`` adds it, on CPUs with bf16 arithmetic) lets it:
+its regions are judged with the bf16 tolerance or the user's accuracy budget.
 """
 
 from __future__ import annotations
@@ -34,17 +36,31 @@ def _core():
 class OpenVinoProvider(Provider):
     name = "openvino"
 
-    def __init__(self, threads: int | None = None, bake_constants: bool = True, pin_threads: bool = False) -> None:
+    def __init__(self, threads: int | None = None, bake_constants: bool = True, pin_threads: bool = False,
+                 precision: str = "f32", tolerance: float | None = None) -> None:
+        from kernorch.providers.torch_ops import BF16_TOLERANCE
+
+        if precision not in ("f32", "bf16"):
+            raise ValueError(f"OpenVINO precision {precision!r}: f32 or bf16")
         self.threads = threads or default_threads()
         self.bake_constants = bake_constants
         self.pin_threads = pin_threads
+        self.precision = precision
+        self.name = "openvino" if precision == "f32" else "openvino_bf16"
+        self.tolerance = (tolerance or BF16_TOLERANCE) if precision == "bf16" else None
 
     def available(self) -> bool:
+        from kernorch.codegen import isa
+
         try:
             import openvino  # noqa: F401
         except ImportError:
             return False
-        return True
+        return self.precision == "f32" or isa.host().bf16
+
+    @property
+    def key_suffix(self) -> str:
+        return f"+ovbf16@{self.tolerance:g}" if self.precision == "bf16" else ""
 
     def can_run(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> bool | str:
         if not self.available():
@@ -53,7 +69,7 @@ class OpenVinoProvider(Provider):
 
     def config(self) -> dict:
         return {"INFERENCE_NUM_THREADS": self.threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
-                "INFERENCE_PRECISION_HINT": "f32", "ENABLE_CPU_PINNING": self.pin_threads}
+                "INFERENCE_PRECISION_HINT": self.precision, "ENABLE_CPU_PINNING": self.pin_threads}
 
     def build(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> BuiltKernel:
         k = export(g, members, outputs, bake_constants=self.bake_constants)
@@ -64,7 +80,8 @@ class OpenVinoProvider(Provider):
 
     def load(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], state: dict) -> BuiltKernel:
         """A saved kernel: its ONNX model, checked, compiled again by OpenVINO (nothing is exported)."""
-        prov = OpenVinoProvider(self.threads, self.bake_constants, bool(state.get("pin_threads")))
+        prov = OpenVinoProvider(self.threads, self.bake_constants, bool(state.get("pin_threads")), self.precision,
+                                self.tolerance)
         return kept_shared_weights(prov._kernel(g, *onnx_from_state(g, members, outputs, state)), state)
 
     def _kernel(self, g: Graph, k: OnnxKernel, data: bytes) -> BuiltKernel:
@@ -111,5 +128,5 @@ class OpenVinoProvider(Provider):
         out_index = [list(compiled.outputs).index(p) for p in out_ports]
         same_types = all(np.dtype(str(p.get_element_type().to_dtype())) == dt for p, dt in zip(out_ports, want))
         return BuiltKernel(self.name, k.inputs, k.outputs, run, k.baked, _views_detail(k),
-                           run_into=run_into if same_types else None,
+                           run_into=run_into if same_types else None, rel_tolerance=self.tolerance,
                            state=onnx_state(k, data, threads=self.threads, pin_threads=self.pin_threads))

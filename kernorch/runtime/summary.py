@@ -18,6 +18,7 @@ RUNTIME_WORDS = {
     "reference": "reference (opaque op)",
     "ort": "onnxruntime",
     "openvino": "OpenVINO",
+    "openvino_bf16": "OpenVINO in bf16",
 }
 OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_onednn_bf16", "torch_cl", "torch_jit", "host"}
 

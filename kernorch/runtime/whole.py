@@ -21,7 +21,8 @@ from kernorch.orchestrate.plan import Plan, build_plan
 from kernorch.providers.base import verify
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 
-LABEL = {"ort": "original model (onnxruntime", "openvino": "original model (openvino"}  # + ")" or ", 1 thread)"
+LABEL = {"ort": "original model (onnxruntime", "openvino": "original model (openvino",
+         "openvino_bf16": "original model (openvino bf16"}  # + ")" or ", 1 thread)"
 
 
 def source_model(model: Any):

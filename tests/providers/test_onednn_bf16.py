@@ -127,3 +127,26 @@ def test_bf16_compile_reports_accuracy_matches_onnxruntime_and_saves(tmp_path, m
     assert [i.provider for i in loaded.executable.infos] == [i.provider for i in m.executable.infos]
     np.testing.assert_array_equal(loaded(x.numpy()), got)
     assert loaded.report.accuracy == m.report.accuracy
+
+
+@needs_bf16
+def test_openvino_bf16_regions_join_a_bf16_compile(tmp_path, monkeypatch):
+    """With regions on, precision="bf16" also lets OpenVINO compute its regions in bf16 (its default
+    on such CPUs), judged by the same budget, saved and loaded like the float32 ones."""
+    pytest.importorskip("openvino")
+    import onnxruntime as ort
+
+    favour(monkeypatch, "openvino_bf16")
+    torch.manual_seed(0)
+    net, x = _Net().eval(), torch.randn(2, 8, 24, 24)
+    path = tmp_path / "net.onnx"
+    torch.onnx.export(net, (x,), str(path), dynamo=False, input_names=["x"], output_names=["logits"])
+    m = kernorch.compile(str(path), threads=2, progress=False, db=tmp_path / "db.sqlite", precision="bf16",
+                         providers=("openvino",))
+    assert {i.provider for i in m.executable.infos} & {"openvino_bf16"}, [i.provider for i in m.executable.infos]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
+    got = m(x.numpy())
+    assert oracle.compare(got, want, rel=oracle.rel_tolerance("bfloat16"))[0]
+    assert m.report.accuracy and m.report.accuracy[0]["cosine"] > 0.999
+    loaded = kernorch.load(m.save(tmp_path / "saved"))
+    np.testing.assert_array_equal(loaded(x.numpy()), got)
