@@ -43,6 +43,9 @@ def add_commands(sub, add_model_args) -> None:
                         "own kernels only; default ort,openvino,torch,torch_onednn)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
+    q.add_argument("--strict", action="store_true",
+                   help="fail when a generated kernel fails to build or to match the reference interpreter "
+                        "(without it, another kernel stands in and the summary's 'fallback' line names it)")
     q.add_argument("--precision", choices=tuple(PRECISIONS), default="f32",
                    help="f32 (default); bf16: linear kernels may compute in bfloat16 on the CPU's matrix units "
                         "(AMX, AVX512-BF16), each kept only within --accuracy-budget; the accuracy is reported")
@@ -156,7 +159,8 @@ def _compile(args, shapes, out: Path) -> int:
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
                              regions=not args.no_regions, require_quiet=args.require_quiet,
-                             cluster=None if args.ray is None else f"ray:{args.ray}", precision=args.precision,
+                             cluster=None if args.ray is None else f"ray:{args.ray}", strict=args.strict,
+                             precision=args.precision,
                              accuracy_budget=args.accuracy_budget, **kw)
     secs = time.perf_counter() - t0
     try:

@@ -140,6 +140,7 @@ class Options:
     tuning_budget: int | None = TUNING_BUDGET
     require_quiet: bool = False
     cluster: Any = None
+    strict: bool = False  # raise when a generated kernel failed (report.fallbacks) or no provider ran one
     precision: str = "f32"  # "bf16": linear kernels may compute in bfloat16 (PRECISIONS)
     accuracy_budget: float | None = None  # relative error a reduced-precision kernel may add (None: 1e-2)
     env: Env = field(default_factory=Env.read)

@@ -121,6 +121,8 @@ def codegen_provider(kernel) -> str:
 # DEFAULT_PROVIDERS (imported above) lives in kernorch/options.py, with compile()'s other defaults.
 # Providers that compile whole subgraphs, so they can run provider regions (regions.py).
 REGION_PROVIDERS = ("ort", "openvino", "openvino_bf16")
+# statuses of a generated kernel that is wrong rather than infeasible (MeasureStats.fallbacks)
+GENERATED_FAILURES = ("build_failed", "verify_failed", "run_failed")
 REGION_PREFIX = "region:"
 
 
@@ -425,7 +427,10 @@ class MeasuredCost(PricedCandidates):
 
     def _remember(self, key: str, recs: dict[str, Record]) -> None:
         """Keep the cheapest correct record among the providers in use (the database may hold
-        figures of providers this run leaves out)."""
+        figures of providers this run leaves out); a generated kernel that failed is named in
+        ``stats.fallbacks``."""
+        self.stats.fallbacks += [f"{key[:12]} {r.provider} {r.status}: {r.detail}"[:300] for r in recs.values()
+                                 if r.provider.startswith("codegen") and r.status in GENERATED_FAILURES]
         names = {p.name for p in self.providers}
         good = [r for r in recs.values() if r.ok and (r.provider.startswith("codegen") or r.provider in names)]
         if not key.startswith(REGION_PREFIX):  # a foreign pool only where the own pool has no kernel

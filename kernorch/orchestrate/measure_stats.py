@@ -20,6 +20,9 @@ class MeasureStats:
     remeasured: int = 0  # kernels measured again: a doubtful first price, or a declined fusion (recheck.py)
     unsettled: int = 0  # kernels stored flagged: still doubtful after every re-measure
     max_load: float = 0.0  # most cores other processes kept busy while a kernel was timed
+    # generated kernels that failed to build, crashed or disagreed with the reference interpreter
+    # (another provider or other kernels stand in: never silent, compile(strict=True) raises on any)
+    fallbacks: list[str] = field(default_factory=list)
 
     def count(self, recs: dict[str, Record]) -> None:
         for r in recs.values():

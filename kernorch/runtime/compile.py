@@ -71,7 +71,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             dynamo: bool | None = None, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
-            cluster: Any = None, precision: str = "f32", accuracy_budget: float | None = None,
+            cluster: Any = None, strict: bool = False, precision: str = "f32",
+            accuracy_budget: float | None = None,
             options: Options | None = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
@@ -105,6 +106,10 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
                                                 env=opts.env, reprice=in_context)
+    if opts.strict and (rep.fallbacks or rep.failed):
+        first = (rep.fallbacks or rep.failures or ["?"])[0]
+        raise KernorchError(f"strict: {len(rep.fallbacks)} generated kernel(s) failed and {rep.failed} candidate(s) "
+                            f"no provider could run; first: {first[:200]}")
     if opts.precision != "f32":
         with _progress_bar(opts.progress, f"measuring {opts.precision} accuracy against float32"):
             rep.precision = opts.precision

@@ -29,6 +29,8 @@ class CompileReport:
     cached: int = 0
     failed: int = 0
     failures: list[str] = field(default_factory=list)
+    # generated kernels that failed to build, crashed or disagreed with the interpreter (MeasureStats)
+    fallbacks: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     plan_summary: str = ""
     roofline_scale: float | None = None  # measured / roofline time of the calibration kernels
@@ -65,7 +67,7 @@ def record_measurements(plan: Plan, measured, rep: CompileReport) -> Plan:
     rests on flagged prices; returns ``plan``."""
     st = measured.stats
     rep.measured, rep.cached = st.measured, st.cached
-    rep.failed, rep.failures = st.failed, st.failures[:20]
+    rep.failed, rep.failures, rep.fallbacks = st.failed, st.failures[:20], list(st.fallbacks)
     rep.disturbed, rep.remeasured, rep.unsettled, rep.other_load = st.disturbed, st.remeasured, st.unsettled, st.max_load
     best = measured.best
     regions = set(plan.regions)

@@ -77,6 +77,10 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
         note = r.timing_note() if hasattr(r, "timing_note") else ""
         if note:
             lines.append(f"          {note}")
+        fallbacks = getattr(r, "fallbacks", None) or []
+        if fallbacks:
+            lines.append(f"fallback  {len(fallbacks)} generated kernel(s) failed (other kernels stand in), first: "
+                         f"{fallbacks[0][:160]}")
         if getattr(r, "efficiency", ""):
             lines.append(f"warning   {r.efficiency}")
         e2e = getattr(r, "end_to_end", None) or {}
