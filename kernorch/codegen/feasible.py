@@ -5,6 +5,8 @@ Cheap and compile-free: the orchestrator asks for every candidate. A candidate i
   per output (stencil.py), or one matmul or 1x1 convolution with its epilogue (gemm.py);
 - a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
 - an opaque kernel: exactly one OPAQUE prim.
+Whatever builds it, a kernel holding a max/min reduction or a comparison of a value with it, but
+not both, reads that value rather than computing it (extremes.py, Note [extreme tests]).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable, Iterable, Sequence
 
-from kernorch.codegen import stencil
+from kernorch.codegen import extremes, stencil
 from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
 from kernorch.errors import KernorchError
 from kernorch.ir import index as ix
@@ -35,6 +37,8 @@ class _GraphInfo:
         self.pos = {p.output: k for k, p in enumerate(g.prims)}
         self.kind = {p.output: p.kind for p in g.prims}
         self.prim_reason: dict[tuple[str, int], str | None] = {}  # (generator, value) -> reason
+        # comparisons of a computed value with its own max/min (Note [extreme tests])
+        self.tests = [t for t in extremes.tests(g.prims) if t.value in self.pos]
 
 
 _INFO: "weakref.WeakKeyDictionary[Graph, _GraphInfo]" = weakref.WeakKeyDictionary()
@@ -89,6 +93,9 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
     for v in outputs:
         if v not in members:
             return f"output {g.name(v)} is not computed by the kernel"
+    split = extreme_split(g, members)
+    if split is not None:
+        return split
     kinds = {info.kind[v] for v in members}
     if Kind.OPAQUE in kinds:
         if len(members) == 1:
@@ -106,6 +113,18 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
         if info.prim_reason[key] is not None:
             return info.prim_reason[key]
     return None
+
+
+def extreme_split(g: Graph, members: Iterable[int]) -> str | None:
+    """Why a kernel of ``members`` (by any generator or provider) would break a comparison of a
+    value with its own max/min: it holds one of the two and computes the value itself
+    (codegen/extremes.py, Note [extreme tests]); None when it does not."""
+    split = extremes.split_test(_info(g).tests, set(members))
+    if split is None:
+        return None
+    x = g.name(split.value)
+    return (f"{g.name(split.compare)} compares {x} with its extreme {g.name(split.reduce)} in another kernel: "
+            f"{x} must be read from memory, not computed again")
 
 
 def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from kernorch.codegen import gemm, indexing, transpose, winograd
+from kernorch.codegen import extremes, gemm, indexing, transpose, winograd
 from kernorch.codegen.toolchain import default_threads
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims, why_not
 from kernorch.codegen.kernel import Accum, Decl, KernelSpec, Let, Loop, Parallel, Store
@@ -92,9 +92,13 @@ class _Lowerer(KernelLowerer):
         comment, local = self.describe()
         notes = [f"group {gi}: P={P}, stages " + ", ".join(local[sch.stages[k].value] for k in ks)
                  for gi, (ks, P) in enumerate(sch.groups)]
-        if sch.mat - {st.value for st in sch.stages if st.reduce} - set(self.outputs):
-            stored = [v for v in sorted(sch.mat) if v not in self.outputs and self.producers[v].kind is not Kind.REDUCE]
+        compared = extremes.stored_values(self.prims) - set(self.outputs)
+        if sch.mat - {st.value for st in sch.stages if st.reduce} - set(self.outputs) - compared:
+            stored = [v for v in sorted(sch.mat) if v not in self.outputs and v not in compared
+                      and self.producers[v].kind is not Kind.REDUCE]
             notes.append("stored to avoid recomputation: " + ", ".join(local[v] for v in stored))
+        if compared:
+            notes.append("stored once, compared with its own max/min: " + ", ".join(local[v] for v in sorted(compared)))
         key = g.kernel_key(set(self.producers), self.outputs)
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=body, sizes=tuple(self.vs.sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,

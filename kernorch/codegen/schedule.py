@@ -27,7 +27,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from kernorch.codegen import indexing, stencil, window
+from kernorch.codegen import extremes, indexing, stencil, window
 from kernorch.codegen.scalar import WEIGHT, Body, Inliner
 from kernorch.codegen.transpose import TILE
 from kernorch.ir import index as ix
@@ -89,6 +89,7 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
     # it is read, or an elementwise stage where it is stored
     windows = set() if grid else {p.output for p in prims if window.is_window(g, p, producers)}
     base = {p.output for p in prims if p.kind is Kind.REDUCE and p.output not in windows} | set(outputs)
+    base |= extremes.stored_values(prims)  # compared with its own max/min: Note [extreme tests]
     mat = set(base)
     stages = _analyze(g, prims, producers, mat, vs, windows)
     saved = 0.0
