@@ -33,6 +33,8 @@ from kernorch.providers.select import reason_or_none
 
 # c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
+# c20: a value compared with its own max/min (ArgMax, Hardmax, x == maxpool(x)) is stored once per kernel;
+# a kernel holding only the reduction or the comparison reads it from memory (codegen/extremes.py);
 # c19: GEMM tiles and dot products move vectors of the compiled ISA's width with typed unaligned loads and
 # stores (not memcpy: split by -mtune=sapphirerapids), rows summed in passes of 12 accumulators, partial
 # tiles specialized per row count (codegen/gemm_helpers.py);
@@ -52,7 +54,7 @@ from kernorch.providers.select import reason_or_none
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c19"
+CODEGEN_VERSION = "c20"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.
@@ -180,6 +182,8 @@ class MeasuredCost(PricedCandidates):
         outs = ordered_outputs(self._pos, cand)
         if codegen.can_generate(self.g, cand.nodes, outs):
             return True
+        if codegen.feasible.extreme_split(self.g, cand.nodes):
+            return False  # a library would recompute what another kernel's max/min saw (codegen/extremes.py)
         return bool(self._external(cand)) and bool(self.kernel_providers(cand))
 
     def kernel_providers(self, cand: Candidate) -> list[Provider]:
