@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from kernorch import codegen
+from kernorch.codegen.feasible import extreme_split
 from kernorch.errors import KernorchError
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
@@ -182,7 +183,7 @@ class MeasuredCost(PricedCandidates):
         outs = ordered_outputs(self._pos, cand)
         if codegen.can_generate(self.g, cand.nodes, outs):
             return True
-        if codegen.feasible.extreme_split(self.g, cand.nodes):
+        if extreme_split(self.g, cand.nodes):
             return False  # a library would recompute what another kernel's max/min saw (codegen/extremes.py)
         return bool(self._external(cand)) and bool(self.kernel_providers(cand))
 
