@@ -16,6 +16,7 @@ def default_providers(threads: int | None = None, bf16_tolerance: float | None =
     return [OrtProvider(threads), OpenVinoProvider(threads), TorchProvider("eager", threads),
             TorchProvider("onednn", threads), TorchProvider("channels_last", threads), TorchProvider("jit", threads),
             TorchProvider("onednn_bf16", threads, tolerance=bf16_tolerance),
+            TorchProvider("onednn_bf16_math", threads, tolerance=bf16_tolerance),
             OpenVinoProvider(threads, precision="bf16", tolerance=bf16_tolerance)]
 
 

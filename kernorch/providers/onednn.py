@@ -116,7 +116,7 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
         x_shape[3] += pre_pad[0] + pre_pad[1]
     stride, dilation = list(a.strides), list(a.dilations)
     low = _Precision(b.bf16)
-    if b.bf16 and a.groups > 1 and post_ops(b, out_v)[0] is not None:
+    if low.casts and a.groups > 1 and post_ops(b, out_v)[0] is not None:
         return None  # PyTorch 2.13 has no bf16 add_relu for oneDNN's grouped binary convolution
     packed = torch.ops.mkldnn._reorder_convolution_weight(low.weight(w.contiguous()), padding, stride, dilation,
                                                           a.groups, x_shape)
@@ -134,16 +134,16 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     if other_slot is None:
         def run(e):
-            e[o] = low.result(fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary, scalars,
-                                    algorithm))
+            e[o] = low.result(low.call(fused, inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary,
+                                       scalars, algorithm))
     else:
         bias = _bias_reader(bias_slot, n_out, fixed, low.dtype)  # the binary op wants the input's dtype
 
         def run(e):
             xt = inp(e)
             other = low.read(e[other_slot]).contiguous(memory_format=_format_of(xt))
-            e[o] = low.result(fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups, binary,
-                                           None, None if act is None else unary, scalars, algorithm))
+            e[o] = low.result(low.call(fused.binary, xt, other, packed, bias(e), padding, stride, dilation, a.groups,
+                                       binary, None, None if act is None else unary, scalars, algorithm))
     return run, out_v
 
 
@@ -173,23 +173,30 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
 
     if other_slot is None:
         def run(e):
-            e[o] = low.result(linear(low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
-                                     algorithm)).reshape(out_shape)
+            e[o] = low.result(low.call(linear, low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
+                                       algorithm)).reshape(out_shape)
     else:
         def run(e):
             other = low.read(e[other_slot]).reshape(-1, n)
-            e[o] = low.result(linear.binary(low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
-                                            binary)).reshape(out_shape)
+            e[o] = low.result(low.call(linear.binary, low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
+                                       binary)).reshape(out_shape)
     return run, out_v
 
 
 class _Precision:
-    """What a step computes in: float32 (casts are no-ops), or bfloat16 (weights packed in bf16,
-    operands cast as read, the result widened to float32)."""
+    """What a step computes in. ``"f32"``: float32 throughout. ``"bf16"``: weights packed in bf16,
+    operands cast to bf16 as read, the result widened to float32 (two extra passes over the
+    activations). ``"bf16_math"``: everything stays float32 in memory and oneDNN converts to bf16
+    inside the primitive (PyTorch's ``torch.backends.mkldnn.{conv,matmul}.fp32_precision = "bf16"``,
+    oneDNN's fpmath mode), set around the call only, so no other op of the process is affected.
+    Neither bf16 way wins everywhere (on a Sapphire Rapids Xeon the casts won 3x3 convolutions,
+    the implicit conversion 1x1 ones): both are providers and the measurement decides."""
 
-    def __init__(self, bf16: bool) -> None:
-        self.dtype = torch.bfloat16 if bf16 else torch.float32
-        self.label = "bf16" if bf16 else "f32"
+    def __init__(self, mode: str | bool) -> None:
+        self.mode = {True: "bf16", False: "f32"}.get(mode, mode)
+        self.casts = self.mode == "bf16"
+        self.dtype = torch.bfloat16 if self.casts else torch.float32
+        self.label = {"f32": "f32", "bf16": "bf16", "bf16_math": "f32 (bf16 math)"}[self.mode]
 
     def weight(self, w: torch.Tensor) -> torch.Tensor:
         return w.to(self.dtype)
@@ -200,6 +207,17 @@ class _Precision:
     @staticmethod
     def result(t: torch.Tensor) -> torch.Tensor:
         return t.float()
+
+    def call(self, fn, *args):
+        if self.mode != "bf16_math":
+            return fn(*args)
+        mk = torch.backends.mkldnn
+        conv, matmul = mk.conv.fp32_precision, mk.matmul.fp32_precision
+        mk.conv.fp32_precision = mk.matmul.fp32_precision = "bf16"
+        try:
+            return fn(*args)
+        finally:
+            mk.conv.fp32_precision, mk.matmul.fp32_precision = conv, matmul
 
 
 def _bias_reader(slot: int | None, n: int, fixed: dict[int, torch.Tensor],

@@ -92,9 +92,9 @@ class Program:
 
 def build_program(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], *, bake: bool = True,
                   channels_last: bool = False, inplace: bool = True, onednn: bool = False,
-                  bf16: bool = False) -> Program:
+                  bf16: str | bool = False) -> Program:
     """``onednn``: linear prims with constant weights become fused oneDNN calls (onednn.py);
-    ``bf16``: those calls compute in bfloat16."""
+    ``bf16``: those calls compute in bfloat16 (onednn._Precision's "bf16" or "bf16_math")."""
     return _Builder(g, set(members), list(outputs), bake, channels_last, inplace, onednn, bf16).build()
 
 

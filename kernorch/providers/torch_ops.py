@@ -24,7 +24,7 @@ from kernorch.providers.base import BuiltKernel, Provider, default_threads
 from kernorch.providers.torch_exec import Program, build_program
 
 VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit", "onednn": "torch_onednn",
-            "onednn_bf16": "torch_onednn_bf16"}
+            "onednn_bf16": "torch_onednn_bf16", "onednn_bf16_math": "torch_onednn_bf16_math"}
 # The bf16 variant's kernels are judged with this relative tolerance unless told (``accuracy_budget``).
 BF16_TOLERANCE = 1e-2
 _LINEAR = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
@@ -42,7 +42,7 @@ class TorchProvider(Provider):
         self.name = VARIANTS[variant]
         self.threads = threads or default_threads()
         self.bake_constants = bake_constants
-        self.bf16 = variant == "onednn_bf16"
+        self.bf16 = {"onednn_bf16": "bf16", "onednn_bf16_math": "bf16_math"}.get(variant, False)
         self.tolerance = (tolerance or BF16_TOLERANCE) if self.bf16 else None
 
     def available(self) -> bool:
@@ -52,7 +52,7 @@ class TorchProvider(Provider):
 
     @property
     def key_suffix(self) -> str:
-        return f"+bf16@{self.tolerance:g}" if self.bf16 else ""
+        return f"+{self.bf16}@{self.tolerance:g}" if self.bf16 else ""
 
     def can_run(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> bool | str:
         members = set(members)
@@ -80,7 +80,7 @@ class TorchProvider(Provider):
         prog = build_program(g, members, outputs, bake=self.bake_constants,
                              channels_last=self.variant == "channels_last", inplace=self.variant != "jit",
                              onednn=self.variant.startswith("onednn"), bf16=self.bf16)
-        if self.bf16 and "bf16 weight" not in prog.detail:
+        if self.bf16 and "bf16" not in prog.detail:
             raise ValueError("no linear step of this kernel computes in bf16 (a grouped convolution with a "
                              "residual): the float32 variants run it")
         run = _jit_runner(prog) if self.variant == "jit" else prog.run

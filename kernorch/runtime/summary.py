@@ -13,6 +13,7 @@ RUNTIME_WORDS = {
     "torch": "PyTorch (oneDNN/BLAS linear)",
     "torch_onednn": "oneDNN fused linear",
     "torch_onednn_bf16": "oneDNN fused linear in bf16",
+    "torch_onednn_bf16_math": "oneDNN fused linear, float32 in memory, bf16 math",
     "torch_cl": "PyTorch channels-last linear",
     "torch_jit": "PyTorch JIT linear",
     "reference": "reference (opaque op)",
@@ -20,7 +21,8 @@ RUNTIME_WORDS = {
     "openvino": "OpenVINO",
     "openvino_bf16": "OpenVINO in bf16",
 }
-OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_onednn_bf16", "torch_cl", "torch_jit", "host"}
+OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_onednn_bf16", "torch_onednn_bf16_math", "torch_cl",
+       "torch_jit", "host"}
 
 
 def runtime_name(provider: str) -> str:
