@@ -159,7 +159,7 @@ class _FakeTimer:
 def test_wrong_provider_kernel_is_recorded_and_never_chosen(monkeypatch, tmp_path, how):
     model_proto, w = _matmul_model()
     monkeypatch.setattr(measure, "MedianTimer", _FakeTimer)
-    fake = lambda threads, names=None: [_Perturbed(how), TorchProvider("eager", threads=1)]  # noqa: E731
+    fake = lambda threads, names=None, bf16_tolerance=None: [_Perturbed(how), TorchProvider("eager", threads=1)]  # noqa: E731
     monkeypatch.setattr(cpu_target, "external_providers", fake)  # the CPU target's measurer and build step
     db = tmp_path / "db.sqlite"
     model = kernorch.compile(model_proto, db=db, threads=1, regions=False, progress=False)
