@@ -1,6 +1,7 @@
 """Scale smoke test: a transformer-shaped primitive graph of ~1500 nodes (width ~6) is enumerated
 and solved. Prints the counts and the wall time; timings proper belong in bench/ (never asserted
-here: a loaded machine would fail a correct plan)."""
+here: a loaded machine would fail a correct plan). What is asserted is that the solver keeps to its
+time budget (``Knobs.time_limit_s``): HiGHS stops on the wall clock, so load does not fail that."""
 
 import time
 
@@ -8,16 +9,17 @@ import pytest
 from orch_oracle import structural_key
 
 from kernorch.orchestrate.cost import RooflineCost
+from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.plan import check_plan
 from kernorch.orchestrate.partition import cut_widths
 from kernorch.orchestrate.strategies import orchestrate
 from kernorch.orchestrate.synthetic import random_dag, transformer_dag
 
 
-def run(dag, key_fn=None):
+def run(dag, key_fn=None, knobs=Knobs()):
     cost = RooflineCost().bind(dag)
     t = time.perf_counter()
-    plan = orchestrate(dag, "optimal", cost, key_fn=key_fn)
+    plan = orchestrate(dag, "optimal", cost, key_fn=key_fn, knobs=knobs)
     wall = time.perf_counter() - t
     check_plan(dag, plan)
     baselines = {s: orchestrate(dag, s, cost).cost for s in ("unfused", "per-operator", "greedy")}
@@ -45,5 +47,10 @@ def test_transformer_1500_nodes():
 
 @pytest.mark.slow
 def test_random_1500_nodes_within_the_time_budget():
+    """37 distinct segments that HiGHS needs ~24 s to close on two cores: given 4 s, the solve
+    phase stops near 4 s (the bound allows twice that) with a plan still no worse than the
+    baselines (their kernels are the solver's start)."""
     dag = random_dag(7, 1500, window=4)
-    run(dag)
+    budget = 4.0
+    plan, _ = run(dag, knobs=Knobs(time_limit_s=budget))
+    assert plan.stats["solve_s"] <= 2 * budget, plan.stats["solve_s"]
