@@ -1,7 +1,17 @@
 """Suite-wide setup. The suite runs in pytest's importlib mode (see pyproject.toml) so that test files in
 different folders may share a basename (tests/fission/test_linear.py, tests/codegen/test_linear.py).
 That mode puts no test folder on sys.path, so put each one there here: helper modules beside the tests
-(cg_util.py, onnx_oracle.py, ...) stay importable by their bare names. Give helpers unique names."""
+(cg_util.py, onnx_oracle.py, ...) stay importable by their bare names. Give helpers unique names.
+
+Hypothesis profiles (registered below). "kernorch", the default and what CI runs, is derandomized:
+every run draws the same examples, so a red run is red again on any machine. For a longer fuzz,
+
+    HYPOTHESIS_PROFILE=kernorch-long python -m pytest tests/...
+
+draws ten times the examples (1000), fresh random ones each run, and prints the @reproduce_failure
+blob of a failure. Neither profile keeps an example database in the repo. A test's own
+@settings(...) wins over the profile for the settings it names (some pin max_examples, or
+derandomize=True), so the long profile widens the tests that leave those to it."""
 
 import sys
 from pathlib import Path
@@ -42,10 +52,12 @@ _keep = Path(_os.environ["KERNORCH_TEST_CACHE"]) if _os.environ.get("KERNORCH_TE
 _os.environ.setdefault("KERNORCH_CACHE_DIR", str(_keep / "build"))
 _os.environ.setdefault("KERNORCH_MODEL_CACHE", str(_keep / "models"))
 
-try:  # hypothesis keeps no example database in the repo (tests are derandomized or seeded)
+try:  # the hypothesis profiles of the docstring: CI derandomized, kernorch-long random and longer
     from hypothesis import settings as _hsettings
 
-    _hsettings.register_profile("kernorch", database=None)
-    _hsettings.load_profile("kernorch")
+    _hsettings.register_profile("kernorch", database=None, derandomize=True)
+    _hsettings.register_profile("kernorch-long", database=None, derandomize=False, max_examples=1000,
+                                deadline=None, print_blob=True)
+    _hsettings.load_profile(_os.environ.get("HYPOTHESIS_PROFILE", "kernorch"))
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
