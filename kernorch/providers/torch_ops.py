@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
@@ -25,8 +26,8 @@ from kernorch.providers.torch_exec import Program, build_program
 
 VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit", "onednn": "torch_onednn",
             "onednn_bf16": "torch_onednn_bf16", "onednn_bf16_math": "torch_onednn_bf16_math"}
-# The bf16 variant's kernels are judged with this relative tolerance unless told (``accuracy_budget``).
-BF16_TOLERANCE = 1e-2
+# The bf16 variant's kernels are judged with bf16's relative tolerance unless told (``accuracy_budget``).
+BF16_TOLERANCE = oracle.rel_tolerance("bfloat16")
 _LINEAR = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
 _DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "bool", "int8", "int16", "int32", "int64", "uint8"})
 

@@ -112,7 +112,7 @@ def _ref(scale: float, dtype=np.float32) -> np.ndarray:
     return (r / np.abs(r).max() * scale).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype,rel", [(np.float32, 1e-4), (np.float64, 1e-4), (np.float16, 1e-2)])
+@pytest.mark.parametrize("dtype,rel", [(np.float32, 1e-4), (np.float64, 1e-9), (np.float16, 1e-2)])
 @pytest.mark.parametrize("scale", [0.01, 3.0, 1000.0])
 def test_just_inside_passes_and_just_outside_fails(dtype, rel, scale):
     want = _ref(scale, dtype)
@@ -124,6 +124,48 @@ def test_just_inside_passes_and_just_outside_fails(dtype, rel, scale):
         assert oracle.compare(got.astype(dtype), want)[0] == ok, k
     ok, err, detail = oracle.compare(want + np.asarray(10 * rel * s, dtype), want)
     assert not ok and err > 0 and "> tolerance" in detail
+
+
+def _off_by(rel: float, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(got, ref): ``ref`` of scale 4 in ``dtype``, ``got`` with one element off by ``rel`` * 4."""
+    ref = _ref(4.0, dtype)
+    got = ref.astype(np.float64)
+    got[3] += rel * 4.0
+    return got.astype(dtype), ref
+
+
+def test_one_tolerance_per_dtype():
+    """The policy itself, dtype by dtype: float64 is held near its own precision (an error of 1e-7
+    of the scale, float32 arithmetic's, fails), float32 to 1e-4, bfloat16 and float16 to 1e-2,
+    integers and booleans exactly."""
+    assert oracle.REL_TOL == {"float16": 1e-2, "bfloat16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+    assert oracle.compare(*_off_by(5e-10, np.float64))[0]
+    assert not oracle.compare(*_off_by(1e-7, np.float64))[0]
+    assert oracle.compare(*_off_by(5e-5, np.float32))[0]
+    assert not oracle.compare(*_off_by(5e-4, np.float32))[0]
+    assert oracle.compare(*_off_by(5e-3, np.float16))[0]
+    assert not oracle.compare(*_off_by(5e-2, np.float16))[0]
+    ints = np.arange(-8, 8, dtype=np.int64)
+    assert oracle.compare(ints.copy(), ints)[0]
+    assert not oracle.compare(ints + (ints == 0), ints)[0]  # one element off by one
+    flags = ints > 0
+    assert not oracle.compare(~flags, flags)[0]
+    # bf16: a float32 result of bf16 arithmetic is judged with bf16's tolerance (providers pass it)
+    bf16 = oracle.rel_tolerance("bfloat16")
+    assert oracle.compare(*_off_by(5e-3, np.float32), rel=bf16)[0]
+    assert not oracle.compare(*_off_by(5e-2, np.float32), rel=bf16)[0]
+
+
+def test_bfloat16_arrays_are_floats_under_the_bf16_tolerance():
+    """ml_dtypes' bfloat16 is of NumPy kind "V": it is still judged as a float, not exactly."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ref = _ref(4.0).astype(ml_dtypes.bfloat16)
+    got = ref.astype(np.float64)
+    got[3] += 5e-3 * 4.0  # 0.02 at a scale of 4: representable next to values of magnitude < 4
+    ok, err, detail = oracle.compare(got.astype(ml_dtypes.bfloat16), ref)
+    assert ok and err > 0 and "tolerance 0.04" in detail
+    got[3] += 5e-2 * 4.0
+    assert not oracle.compare(got.astype(ml_dtypes.bfloat16), ref)[0]
 
 
 def test_nan_must_sit_exactly_where_the_reference_has_it():
