@@ -53,8 +53,7 @@ DEFAULT_PROVIDERS: tuple[str, ...] = ("ort", "openvino", "torch", "torch_onednn"
 # large kernels (depthwise + activation in channels-last): their plans ran 15-20% slower.
 TUNING_BUDGET = 6000
 # precision= : what the compiled model may compute in, and the providers that adds (besides DEFAULT_PROVIDERS)
-PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("torch_onednn_bf16", "torch_onednn_bf16_math",
-                                                                          "openvino_bf16")}
+PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("openvino_bf16",)}
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y"), ("0", "false", "no", "off", "n", "")
 
 

@@ -2,10 +2,16 @@
 
 Each kernel becomes ``void NAME(void *const *args, int nthreads)``: args are the inputs, the
 outputs, then the workspace base (when the kernel needs scratch), all contiguous row-major.
-Element types: float, double, intN_t, uint8_t for bool (0/1).
+Element types: float, double, intN_t, uint8_t for bool (0/1), uint16_t for bfloat16 in memory. A
+bfloat16 value is a float in registers: loaded by widening its bits, rounded to nearest-even
+wherever the IR declares a bf16 result (so a kernel computes exactly what the interpreter does:
+float32 arithmetic, rounded once per prim), stored as the top 16 bits of that rounded float.
 """
 
 from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
 
 from kernorch.codegen import literals
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
@@ -16,7 +22,8 @@ from kernorch.ir import index as ix
 
 CTYPE = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
          "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
-         "bool": "uint8_t"}
+         "bool": "uint8_t", "bfloat16": "float"}  # the type a scalar computes in
+MEMORY_CTYPE = {**CTYPE, "bfloat16": "uint16_t"}  # the element type of a buffer
 
 # {f}: "f" for float, "" for double; {F}: the type's literal suffix. Conditions combine with the
 # non-short-circuit | and &: a data-dependent || is a branch, and in loops gcc cannot vectorize
@@ -86,12 +93,21 @@ static inline float kn_self(uint8_t c, float a, float b) {
 static inline double kn_seld(uint8_t c, double a, double b) {
   union { double f; int64_t i; } x = {a}, y = {b}, r; int64_t m = -(int64_t)c;
   r.i = (x.i & m) | (y.i & ~m); return r.f; }
+/* bfloat16: the top half of a float32's bits, rounded to nearest even; a NaN stays a (quiet) NaN. */
+static inline float kn_bf16_load(uint16_t h) { union { uint32_t u; float f; } c = {(uint32_t)h << 16}; return c.f; }
+static inline uint16_t kn_bf16_bits(float f) {
+  union { float f; uint32_t u; } c = {f};
+  uint32_t r = (c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16;
+  return (f != f) ? (uint16_t)((c.u >> 16) | 0x40u) : (uint16_t)r; }
+static inline float kn_bf16_round(float f) { return kn_bf16_load(kn_bf16_bits(f)); }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 %(gemm)s%(winograd)s%(transpose)s""" % {"gemm": GEMM_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 
 def literal(value, dtype: str) -> str:
+    if dtype == "bfloat16":  # a float holding the bf16 value
+        value, dtype = float(np.asarray(value, dtype="float32").astype(ml_dtypes.bfloat16)), "float32"
     return literals.literal(value, dtype, "NAN", "INFINITY", "(-INFINITY)", "f", _integer)
 
 
@@ -108,6 +124,7 @@ class _Printer:
         self.tables: dict[tuple[int, ...], str] = {}
         self.types: dict[str, str] = {}
         self.flagged: set[str] = set()
+        self.bf16_buffers = {a.name for a in spec.args if a.dtype == "bfloat16"}
 
     def idx(self, e: ix.Expr) -> str:
         return ix.render(e, lambda i: f"v{i}", self.spec.sizes, self._table)
@@ -126,7 +143,8 @@ class _Printer:
             self.emit(d, f"const {CTYPE[s.dtype]} {s.name} = {self.expr(s)};")
         elif isinstance(s, Store):
             tgt = s.buf if s.offset is None else f"{s.buf}[{self.idx(s.offset)}]"
-            self.emit(d, f"{tgt} = {s.value};")
+            value = f"kn_bf16_bits({s.value})" if s.buf in self.bf16_buffers else s.value
+            self.emit(d, f"{tgt} = {value};")
         elif isinstance(s, Accum):
             a = s.acc if s.offset is None else f"{s.acc}[{self.idx(s.offset)}]"
             if s.offset is None and s.acc in self.flagged:
@@ -198,11 +216,17 @@ class _Printer:
         self.emit(d, "}")
 
     def expr(self, s: Let) -> str:
+        if s.dtype == "bfloat16" and s.op not in ("imm", "load"):
+            return f"kn_bf16_round({self._expr(s)})"
+        return self._expr(s)
+
+    def _expr(self, s: Let) -> str:
         if s.op == "imm":
             return literal(s.attr, s.dtype)
         if s.op == "load":
             buf, off = s.attr
-            return buf if off is None else f"{buf}[{self.idx(off)}]"
+            at = buf if off is None else f"{buf}[{self.idx(off)}]"
+            return f"kn_bf16_load({at})" if buf in self.bf16_buffers else at
         if s.op == "cond":
             e, lo, hi = s.attr
             r = self.idx(e)
@@ -213,7 +237,7 @@ class _Printer:
             if s.dtype == "bool":
                 return f"({s.args[0]} != 0)"
             return f"(({CTYPE[s.dtype]}){s.args[0]})"
-        return c_expr(s.op, s.dtype, [self.types[a] for a in s.args], s.args)
+        return c_expr(s.op, _computed(s.dtype), [_computed(self.types[a]) for a in s.args], s.args)
 
     def function(self) -> list[str]:
         sp = self.spec
@@ -221,7 +245,7 @@ class _Printer:
         self.emit(1, "(void)nthreads;")
         ws = len([a for a in sp.args if a.role != "ws"])
         for k, a in enumerate(sp.args):
-            ct = CTYPE[a.dtype]
+            ct = MEMORY_CTYPE[a.dtype]
             if a.role == "ws":
                 self.emit(1, f"{ct} *restrict {a.name} = ({ct} *)((char *)args[{ws}] + {a.offset});")
             else:
@@ -235,6 +259,11 @@ class _Printer:
         for t, nm in self.tables.items():
             out.append(f"static const int64_t {nm}[{len(t)}] = {{{', '.join(map(str, t))}}};")
         return out + self.lines
+
+
+def _computed(dtype: str) -> str:
+    """The dtype a scalar of ``dtype`` computes in (bfloat16 arithmetic is float32's)."""
+    return "float32" if dtype == "bfloat16" else dtype
 
 
 def c_expr(op: str, dtype: str, arg_types: list[str], args) -> str:

@@ -133,6 +133,8 @@ def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:
     (stencil.py)."""
     from kernorch.codegen import gemm
 
+    if any(g.types[v].dtype == "bfloat16" for p in prims if p.kind is Kind.LINEAR for v in (*p.inputs, p.output)):
+        return False  # bf16 products go to the vendor libraries (AMX, AVX512-BF16), not generated loops
     if gemm.why_not(g, prims, outputs) is None:
         return True
     return all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR)
@@ -150,6 +152,11 @@ def _why_not_prim(g: Graph, p: Prim, generator: str) -> str | None:
             return f"dtype {t.dtype} of {g.name(v)} is not supported by the {generator} generator"
         if 0 in t.shape:
             return f"{g.name(v)} is empty"
+    if any(g.types[v].dtype == "bfloat16" for v in (*p.inputs, p.output)):
+        if generator != "C":
+            return f"bfloat16 values ({g.name(p.output)}) are not built for the {generator} generator"
+        if p.kind is Kind.REDUCE:  # a bf16 accumulator would round at every step
+            return f"a reduction over bfloat16 values ({g.name(p.output)}) is left to a float32 kernel"
     if p.op in BAD_ON_BOOL and any(g.types[v].dtype == "bool" for v in p.inputs):
         return f"{p.op.value} on bool operands ({g.name(p.output)})"
     if p.op is Op.VIEW and _table_len(p) > MAX_TABLE:

@@ -97,7 +97,7 @@ class _Plan:
                 self.reason = f"a linear kernel writes only its result, not {g.name(v)}"
                 return
         for v in lp.inputs:
-            if g.types[v].dtype not in ("float32", "float64"):
+            if g.types[v].dtype not in ("float32", "float64", "bfloat16"):
                 self.reason = f"{lp.op.value} on {g.types[v].dtype} is not routed to torch"
                 return
         self.inputs = list(dict.fromkeys(src for src, _ in self.operands.values()))
@@ -141,7 +141,7 @@ class LinearKernel(Kernel):
 
             raise CannotGenerate(plan.reason)
         self.plan = plan
-        self.pointwise = pointwise_conv(g, plan.lin)
+        self.pointwise = pointwise_conv(g, plan.lin) and g.types[plan.lin.output].dtype != "bfloat16"
         super().__init__(plan.inputs, list(outputs), [g.types[v] for v in plan.inputs],
                          [g.types[v] for v in outputs], f"torch {plan.lin.op.value}", g.kernel_key(members, outputs))
 
@@ -235,7 +235,7 @@ def pointwise_conv(g: Graph, p: Prim) -> bool:
 def conv(op: Op, args: Sequence[torch.Tensor], a: ConvAttrs) -> torch.Tensor:
     """Convolution / transposed convolution with ONNX-style (possibly asymmetric) pads."""
     x, w = args[0], args[1]
-    b = args[2] if len(args) > 2 else None
+    b = args[2].to(x.dtype) if len(args) > 2 else None  # a bf16 convolution's bias is float32 in the IR
     k = x.dim() - 2
     begin, end = list(a.pads[:k]), list(a.pads[k:])
     if op is Op.CONV:

@@ -22,6 +22,7 @@ from kernorch.codegen.packing import packed_copy
 from kernorch.errors import InputError
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.interp import NodeSession, eval_opaque
+from kernorch.tensors import to_torch
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
@@ -31,7 +32,7 @@ TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": to
 def as_tensor(x, t: TensorType, what: str) -> torch.Tensor:
     """A contiguous tensor of type ``t`` (NumPy arrays are wrapped without copying when possible)."""
     if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C"))
+        x = to_torch(x if x.flags.c_contiguous and x.flags.writeable else np.array(x, order="C"))
     elif not isinstance(x, torch.Tensor):
         x = torch.as_tensor(x)
     if tuple(x.shape) != t.shape or x.dtype != TORCH_DTYPE[t.dtype]:

@@ -22,7 +22,7 @@ from kernorch.ir.prims import BINARY, COMPARE, LOGICAL, Kind, Op, Prim
 
 FLOATS = frozenset({"float32", "float64"})
 INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
-DTYPES = FLOATS | INTS | {"bool"}
+DTYPES = FLOATS | INTS | {"bool", "bfloat16"}
 MATH = frozenset({Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIGMOID, Op.SOFTPLUS, Op.SIN, Op.COS})
 SAME_TYPE = frozenset({Op.NEG, Op.ABS, Op.FLOOR, Op.CEIL, Op.ROUND, Op.SIGN, Op.RELU})
 BOOL_ARITH = {Op.ADD: Op.OR, Op.MUL: Op.AND, Op.MAX: Op.OR, Op.MIN: Op.AND}

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import ml_dtypes  # noqa: F401 -- registers NumPy's "bfloat16" dtype name
 import numpy as np
 
 from kernorch.ir import layout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+import ml_dtypes
 import numpy as np
 import scipy.special
 
@@ -41,12 +42,18 @@ _BINARY: dict[Op, Callable] = {
     Op.LT: np.less, Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
     Op.AND: np.logical_and, Op.OR: np.logical_or, Op.XOR: np.logical_xor,
 }
+_MOVES = frozenset({Op.VIEW, Op.BROADCAST, Op.GATHER, Op.CONCAT, Op.CAST})  # exact on any dtype
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _REDUCE: dict[Op, Callable] = {Op.SUM: np.sum, Op.RMAX: np.max, Op.RMIN: np.min, Op.PROD: np.prod}
 
 
 def eval_prim(p: Prim, args: Sequence[np.ndarray], out_dtype: str, out_shape: tuple[int, ...]) -> np.ndarray:
     """Evaluate one prim on concrete arrays; the result has exactly the declared type."""
     op = p.op
+    if op not in _MOVES and any(a.dtype == BFLOAT16 for a in args):
+        # bfloat16 arithmetic: computed in float32 from the exact bf16 inputs, rounded once as the
+        # result takes its declared type (below); a linear prim thus accumulates in float32
+        args = [a.astype(np.float32) if a.dtype == BFLOAT16 else a for a in args]
     with np.errstate(all="ignore"):
         if op in _UNARY:
             out = _UNARY[op](args[0])

@@ -31,6 +31,7 @@ from kernorch.options import DEFAULT_PROVIDERS, Env
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
+from kernorch.tensors import to_torch
 
 # c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
@@ -94,7 +95,7 @@ def verify(g: Graph, kernel, members: set[int], reference: oracle.Reference | No
 
 def time_kernel(kernel, feeds: Sequence[np.ndarray], timer: Callable | None = None) -> Measurement:
     """Seconds of ``kernel._run`` on preallocated outputs, with the evidence (warm-up first)."""
-    ins = [torch.from_numpy(np.array(a, order="C")) for a in feeds]
+    ins = [to_torch(np.array(a, order="C")) for a in feeds]
     outs = kernel.run(ins)
     timer = timer or MedianTimer()
     prepared = getattr(kernel, "prepared", None)  # a C kernel: timed as a native run calls it

@@ -24,6 +24,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph, index_limits
 from kernorch.ir.prims import ValueId
+from kernorch.tensors import to_torch
 
 
 class ProviderError(KernorchError):
@@ -131,7 +132,7 @@ def verify(built: BuiltKernel, g: Graph, members: Iterable[ValueId], outputs: Se
             return False, math.inf, f"inputs {built.inputs} differ from the subgraph's {sub.inputs}"
         if list(built.outputs) != list(sub.outputs):
             return False, math.inf, f"outputs {built.outputs} differ from {sub.outputs}"
-        got = oracle.verify(lambda xs: built.run([torch.from_numpy(x) for x in xs]), built.inputs, built.outputs,
+        got = oracle.verify(lambda xs: built.run([to_torch(x) for x in xs]), built.inputs, built.outputs,
                             g, members, reference, seed, rel=built.rel_tolerance)
     except Exception as e:  # noqa: BLE001 -- a failing provider is a result, not a crash
         return False, math.inf, f"run failed: {type(e).__name__}: {_one_line(e)}"

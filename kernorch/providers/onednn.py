@@ -80,47 +80,76 @@ def _only_reader(b, v: ValueId) -> tuple[Prim | None, ValueId, list[Prim]]:
     return (uses[0], v, views) if b.sub.types[uses[0].output] == b.sub.types[v] else (None, v, [])
 
 
-def absorb(b, lin: Prim, y: ValueId) -> tuple[ValueId, int | None, str, Activation | None]:
-    """Take ``y``'s post-op chain into the linear step of ``lin`` (``y``: its output, or the bias
-    add folded into it): (the value the step now writes, slot of the binary operand or None,
-    binary attr or "", the activation or None). Absorbed prims but the last are skipped by the
-    builder; the last one's position is where the step runs."""
+def cast_after(b, v: ValueId, dtype: str) -> list[Prim]:
+    """The identity views from ``v`` and the CAST to ``dtype`` that alone reads them ([] when
+    absent): the widening after a bf16 linear prim, or the rounding before a bf16 value is stored."""
+    views = identity_views(b, v)
+    end = views[-1].output if views else v
+    uses = b.uses.get(end, [])
+    if end in b.outputs or len(uses) != 1 or uses[0].op is not Op.CAST or uses[0].attrs.dtype != dtype:
+        return []
+    return views + [uses[0]]
+
+
+def widened(b, lin: Prim) -> tuple[ValueId, list[Prim]]:
+    """(the value a bf16 linear prim's post-ops start from, the prims on the way): its float32
+    widening (precision.py puts one after every bf16 linear prim), else its own output."""
+    if b.sub.types[lin.output].dtype != "bfloat16":
+        return lin.output, []
+    widen = cast_after(b, lin.output, "float32")
+    return (widen[-1].output, widen) if widen else (lin.output, [])
+
+
+def absorb(b, lin: Prim, y: ValueId, pre: list[Prim] = ()) -> tuple[ValueId, int | None, str, Activation | None, bool]:
+    """Take ``y``'s post-op chain into the linear step of ``lin`` (``y``: its output, its float32
+    widening ``pre``, or the bias add folded into either): (the value the step now writes, slot of
+    the binary operand or None, binary attr or "", the activation or None, whether the step writes
+    oneDNN's bf16 result as it is). A bf16 step also absorbs the rounding of its last post-op to
+    bf16, so it stores bf16. Absorbed prims but the last are skipped by the builder; the last
+    one's position is where the step runs."""
     binary, other, act, views = post_ops(b, y)
     chain = ([binary] if binary is not None else []) + (list(act.prims) if act is not None else [])
-    for p in views + chain[:-1]:
-        b.skip.add(p.output)
-    if chain and y != lin.output:
-        b.skip.add(y)
-    out = chain[-1].output if chain else y
+    done = [q.output for q in pre] + ([y] if y != lin.output and y not in {q.output for q in pre} else [])
+    done += [q.output for q in views + chain]
+    native = b.sub.types[lin.output].dtype == "bfloat16"
+    narrow = cast_after(b, done[-1], "bfloat16") if native and pre else []
+    done += [q.output for q in narrow]
+    for v in done[:-1]:
+        b.skip.add(v)
+    out = done[-1] if done else y
     names = [BINARY_POST_OPS[binary.op]] if binary is not None else []
     names += [act.label] if act is not None else []
     if names:
         b.notes.append("+".join(names) + " fused")
-    return out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "", act
+    keep_bf16 = native and (bool(narrow) or not pre)
+    return (out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "",
+            act, keep_bf16)
 
 
 def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None, out_v: ValueId,
-              fixed: dict[int, torch.Tensor], pre_pad: list[int] | None = None) -> tuple[Callable, ValueId] | None:
-    """A 2-D convolution with a constant float32 weight as one oneDNN call (prepacked weight,
-    bias, post-ops); None when it does not fit. ``pre_pad`` (F.pad order): zero padding the
-    convolution cannot express (asymmetric), applied to the input first."""
+              fixed: dict[int, torch.Tensor], pre_pad: list[int] | None = None,
+              pre: list[Prim] = ()) -> tuple[Callable, ValueId] | None:
+    """A 2-D convolution with a constant weight as one oneDNN call (prepacked weight, bias,
+    post-ops); None when it does not fit. ``pre_pad`` (F.pad order): zero padding the convolution
+    cannot express (asymmetric), applied to the input first. ``pre``: the widening of a bf16
+    result (``widened``) on the way to ``out_v``."""
     a = p.attrs
     w_slot = b.s(p.inputs[1])
     w = fixed.get(w_slot)
-    if (len(b.sub.types[p.output].shape) != 4 or w is None or w.dtype != torch.float32
-            or b.sub.types[x].dtype != "float32"):
+    if len(b.sub.types[p.output].shape) != 4 or w is None or not _supported(w, b.sub.types[x].dtype):
         return None
     x_shape = list(b.sub.types[x].shape)
     if pre_pad:
         x_shape[2] += pre_pad[2] + pre_pad[3]
         x_shape[3] += pre_pad[0] + pre_pad[1]
     stride, dilation = list(a.strides), list(a.dilations)
-    low = _Precision(b.bf16)
+    low = _Precision("bf16" if w.dtype == torch.bfloat16 else b.bf16)
     if low.casts and a.groups > 1 and post_ops(b, out_v)[0] is not None:
         return None  # PyTorch 2.13 has no bf16 add_relu for oneDNN's grouped binary convolution
     packed = torch.ops.mkldnn._reorder_convolution_weight(low.weight(w.contiguous()), padding, stride, dilation,
                                                           a.groups, x_shape)
-    out_v, other_slot, binary, act = absorb(b, p, out_v)
+    out_v, other_slot, binary, act, keep_bf16 = absorb(b, p, out_v, pre)
+    result = _identity if keep_bf16 else low.result
     xs, o = b.s(x), b.s(out_v)
     n_out = b.sub.types[p.output].shape[1]
     b.notes.append(f"oneDNN conv, prepacked {low.label} weight")
@@ -134,35 +163,36 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     if other_slot is None:
         def run(e):
-            e[o] = low.result(low.call(fused, inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary,
-                                       scalars, algorithm))
+            e[o] = result(low.call(fused, inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary,
+                                   scalars, algorithm))
     else:
         bias = _bias_reader(bias_slot, n_out, fixed, low.dtype)  # the binary op wants the input's dtype
 
         def run(e):
             xt = inp(e)
             other = low.read(e[other_slot]).contiguous(memory_format=_format_of(xt))
-            e[o] = low.result(low.call(fused.binary, xt, other, packed, bias(e), padding, stride, dilation, a.groups,
-                                       binary, None, None if act is None else unary, scalars, algorithm))
+            e[o] = result(low.call(fused.binary, xt, other, packed, bias(e), padding, stride, dilation, a.groups,
+                                   binary, None, None if act is None else unary, scalars, algorithm))
     return run, out_v
 
 
-def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
-                fixed: dict[int, torch.Tensor]) -> tuple[Callable, ValueId] | None:
-    """``x @ W (+ bias)`` with a constant 2-D float32 W as one oneDNN call (prepacked weight,
-    post-ops); None when it does not fit."""
+def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId, fixed: dict[int, torch.Tensor],
+                pre: list[Prim] = ()) -> tuple[Callable, ValueId] | None:
+    """``x @ W (+ bias)`` with a constant 2-D W as one oneDNN call (prepacked weight, post-ops);
+    None when it does not fit. ``pre``: the widening of a bf16 result (``widened``) on the way."""
     w = fixed.get(b.s(p.inputs[1]))
     a_type = b.sub.types[p.inputs[0]]
-    if w is None or w.dim() != 2 or w.dtype != torch.float32 or a_type.dtype != "float32":
+    if w is None or w.dim() != 2 or not _supported(w, a_type.dtype):
         return None
     kdim, n = w.shape
     rows = max(1, a_type.size // kdim)
     binary_prim, _, act, _ = post_ops(b, out_v)
     if binary_prim is not None and act is not None:
         return None  # oneDNN's linear takes one post-op here; leave the chain to PyTorch
-    low = _Precision(b.bf16)
+    low = _Precision("bf16" if w.dtype == torch.bfloat16 else b.bf16)
     packed = torch.ops.mkldnn._reorder_linear_weight(low.weight(w.t().contiguous()), rows)
-    out_v, other_slot, binary, act = absorb(b, p, out_v)
+    out_v, other_slot, binary, act, keep_bf16 = absorb(b, p, out_v, pre)
+    result = _identity if keep_bf16 else low.result
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     a_s, o = b.s(p.inputs[0]), b.s(out_v)
     out_shape = b.sub.types[p.output].shape
@@ -173,13 +203,13 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId,
 
     if other_slot is None:
         def run(e):
-            e[o] = low.result(low.call(linear, low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
-                                       algorithm)).reshape(out_shape)
+            e[o] = result(low.call(linear, low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
+                                   algorithm)).reshape(out_shape)
     else:
         def run(e):
             other = low.read(e[other_slot]).reshape(-1, n)
-            e[o] = low.result(low.call(linear.binary, low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
-                                       binary)).reshape(out_shape)
+            e[o] = result(low.call(linear.binary, low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
+                                   binary)).reshape(out_shape)
     return run, out_v
 
 
@@ -218,6 +248,15 @@ class _Precision:
             return fn(*args)
         finally:
             mk.conv.fp32_precision, mk.matmul.fp32_precision = conv, matmul
+
+
+def _supported(w: torch.Tensor, x_dtype: str) -> bool:
+    """A float32 step, or a bf16 one (precision.py's bf16 graph: bf16 activation and weight)."""
+    return (w.dtype, x_dtype) in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16"))
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _bias_reader(slot: int | None, n: int, fixed: dict[int, torch.Tensor],

@@ -17,6 +17,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, _one_line, random_inputs, reason_or_none, verify
 from kernorch.providers.timing import Measurement, MedianTimer, as_measurement
+from kernorch.tensors import to_torch
 
 # (run once, provider name) -> seconds per run, with its evidence (a bare float from test doubles)
 Timer = Callable[[Callable[[], object], str], "Measurement | float"]
@@ -71,7 +72,7 @@ def _try(p: Provider, g: Graph, members, outputs, timer: Timer, seed: int,
     try:
         sub = g.subgraph(members, outputs)
         feeds = reference[0] if reference is not None else random_inputs(g, sub, seed + 1)
-        args = [torch.from_numpy(feeds[v]) for v in built.inputs]
+        args = [to_torch(feeds[v]) for v in built.inputs]
         if built.run_into is not None and not built.fresh:  # timed as the runtime calls it: into planned outputs
             outs = [torch.empty(g.types[v].shape, dtype=a.dtype) for v, a in zip(built.outputs, built.run(args))]
             timing = as_measurement(timer(lambda: built.run_into(args, outs), name))

@@ -19,6 +19,7 @@ from kernorch.ir.prims import Op, Prim, ValueId
 from kernorch.providers import onednn
 from kernorch.providers.base import random_inputs
 from kernorch.providers.views import Step, plan_view
+from kernorch.tensors import BFLOAT16, to_torch
 
 _UNARY: dict[Op, Callable] = {
     Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
@@ -128,13 +129,13 @@ class _Builder:
         sub, g = self.sub, self.g
         baked = frozenset(v for v in sub.inputs if self.bake and v in g.constants)
         feeds = random_inputs(g, sub, 0)
-        example = [torch.from_numpy(feeds[v]) for v in sub.inputs]
+        example = [to_torch(feeds[v]) for v in sub.inputs]
         fixed = []
         for v in sub.inputs:
             if v in baked:
                 fixed.append((self.s(v), read_only_tensor(g.constants[v])))
         for v, arr in sub.constants.items():
-            fixed.append((self.s(v), torch.from_numpy(np.array(arr))))
+            fixed.append((self.s(v), to_torch(np.array(arr))))
         in_slots = [self.s(v) for v in sub.inputs]
         linear = {p.output: self.step(p, dict(fixed)) for p in sub.prims if p.op in (Op.CONV, Op.CONV_TRANSPOSE, Op.MATMUL)}
         steps = []
@@ -256,9 +257,9 @@ class _Builder:
                 self.skip.add(x)
                 x = xp.inputs[0]
                 self.notes.append("pad folded into conv")
-        out_v = p.output
+        out_v, pre = onednn.widened(self, p) if self.onednn else (p.output, [])
         bias_slot = self.s(p.inputs[2]) if len(p.inputs) > 2 else None
-        fused = self._bias_of(p.output, p, 1) if bias_slot is None else None
+        fused = self._bias_of(out_v, p, 1) if bias_slot is None else None
         if fused is not None:
             add, bp = fused
             self.skip.add(bp.output)
@@ -271,16 +272,22 @@ class _Builder:
         for d in reversed(range(k)):
             torch_pad += [begin[d], end[d]]
         fused_step = onednn.conv_step(self, p, x, begin if sym else [0] * k, bias_slot, out_v, fixed,
-                                      None if sym else torch_pad) if self.onednn else None
+                                      None if sym else torch_pad, pre) if self.onednn else None
         if fused_step is not None:
             return self._place(fused_step[0], p, fused_step[1])
+        if pre:  # the plain path computes the bf16 prim alone; its widening and bias add run as steps
+            if fused is not None:
+                self.skip.discard(fused[1].output)
+                self.notes.remove("bias add folded into conv")
+                bias_slot = None
+            out_v = p.output
         xs, ws, o = self.s(x), self.s(p.inputs[1]), self.s(out_v)
         conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[k]
         cl = self.cl
         if cl:
             self.notes.append("channels_last")
         n_out = self.sub.types[p.output].shape[1]
-        if not cl and not any(pads) and pointwise_conv(self.sub, p):  # BLAS on NCHW as it lies (codegen/linear.py)
+        if not cl and not any(pads) and pointwise_conv(self.sub, p) and self.sub.types[x].dtype != "bfloat16":  # BLAS on NCHW as it lies (codegen/linear.py)
             shape = self.sub.types[p.output].shape
 
             def gemm(e):
@@ -295,7 +302,7 @@ class _Builder:
                 xt = F.pad(xt, torch_pad)
             if cl:
                 xt = xt.contiguous(memory_format=torch.channels_last)
-            b = e[bias_slot].reshape(n_out) if bias_slot is not None else None
+            b = e[bias_slot].reshape(n_out).to(xt.dtype) if bias_slot is not None else None
             e[o] = conv(xt, e[ws], b, a.strides, begin if sym else 0, a.dilations, a.groups)
         return self._place(run, p, out_v)
 
@@ -320,7 +327,7 @@ class _Builder:
         outpad = list(a.output_padding) if a.output_padding else [0] * k
 
         def run(e):
-            b = e[ins[2]] if len(ins) > 2 else None
+            b = e[ins[2]].to(e[ins[0]].dtype) if len(ins) > 2 else None
             y = fn(e[ins[0]], e[ins[1]], b, a.strides, sym, outpad, a.groups, a.dilations)
             sl = [slice(None), slice(None)] + [slice(begin[s] - sym[s], y.shape[2 + s] - (end[s] - sym[s]))
                                                for s in range(k)]
@@ -331,14 +338,17 @@ class _Builder:
         a_s, w_s = self.s(p.inputs[0]), self.s(p.inputs[1])
         wshape = self.sub.types[p.inputs[1]].shape
         out_shape = self.sub.types[p.output].shape
-        fused = self._bias_of(p.output, p, -1) if len(wshape) == 2 else None
+        start, pre = onednn.widened(self, p) if self.onednn else (p.output, [])
+        fused = self._bias_of(start, p, -1) if len(wshape) == 2 else None
         if self.onednn:
             bias_slot = self.s(fused[1].inputs[0]) if fused else None
-            fused_step = onednn.linear_step(self, p, bias_slot, fused[0].output if fused else p.output, fixed)
+            fused_step = onednn.linear_step(self, p, bias_slot, fused[0].output if fused else start, fixed, pre)
             if fused_step is not None:
                 if fused:
                     self.skip.add(fused[1].output)
                 return self._place(fused_step[0], p, fused_step[1])
+            if pre:
+                fused = None  # the bias add reads the widening, which runs as its own step
         if fused is None:
             o = self.s(p.output)
             return _set(o, lambda e: torch.matmul(e[a_s], e[w_s]))
@@ -433,6 +443,8 @@ def read_only_tensor(arr) -> torch.Tensor:
     import warnings
 
     arr = np.ascontiguousarray(arr)
+    if arr.dtype == BFLOAT16:  # no zero-copy path for ml_dtypes' arrays: a copy through the int16 view
+        return to_torch(np.array(arr))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(arr)

@@ -25,7 +25,7 @@ from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.prims import Kind, Op, Prim, ValueId
 
 PAIR_ACTIVATION_CUTS = True  # pair activation_cuts too; off: an A/B switch
-FLOATS = ("float32", "float64")
+FLOATS = ("float32", "float64", "bfloat16")
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 

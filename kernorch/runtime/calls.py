@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from kernorch.runtime import native as native_runs
+from kernorch.tensors import to_numpy, to_torch
 
 _now = time.perf_counter
 _from_buffer = ctypes.c_char.from_buffer
@@ -49,11 +50,11 @@ def pointer(a: Any) -> int:
 def as_tensor(a: Any) -> torch.Tensor:
     if isinstance(a, _TENSOR):
         return a
-    return torch.from_numpy(a if a.flags.writeable else a.copy())
+    return to_torch(a)
 
 
 def as_array(a: Any) -> np.ndarray:
-    return a if type(a) is _NDARRAY else a.numpy()
+    return a if type(a) is _NDARRAY else to_numpy(a)
 
 
 class CallPlan:
@@ -127,7 +128,7 @@ class CallPlan:
             return [FRESH, run_fresh, (ins, patch_in), tuple(index[v] for v in kern.outputs)]
         if run_numpy is not None and len(dyn_out) == len(outs):
             # Every output is the call's own: the kernel returns fresh arrays (no allocation, no copy).
-            np_ins = [None if t is None else t.numpy() for t in ins]
+            np_ins = [None if t is None else to_numpy(t) for t in ins]
             wants = [spec(v)[:2] for v in kern.outputs]
             return [RETURNS, run_numpy, (np_ins, patch_in, wants), tuple(index[v] for v in kern.outputs)]
         return [PYTHON, kern._run, (ins, patch_in), (outs, [(i, index[v]) for i, v in dyn_out])]
@@ -240,7 +241,7 @@ class CallPlan:
         for i, r, (shape, dt), p in zip(outs_at, fn(ins), wants, read_natively):
             if r.shape != shape or r.dtype != dt or (p and not r.flags.c_contiguous):
                 r = np.ascontiguousarray(np.asarray(r).astype(dt, copy=False).reshape(shape))
-            env[i] = r if numpy else torch.from_numpy(r)
+            env[i] = r if numpy else to_torch(r)
             if p:
                 self.table[i] = pointer(env[i])
 

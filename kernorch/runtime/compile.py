@@ -29,6 +29,7 @@ from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
+from kernorch.rewrite.precision import bf16_storage
 from kernorch.providers import BuiltKernel, Provider
 from kernorch import targets
 from kernorch.targets.cpu import build_kernels
@@ -197,6 +198,8 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
+    if opts.precision == "bf16":
+        g, rep.rewrites["bf16_storage"] = bf16_storage(g)
     if strategy == "optimal" and knobs.layouts:  # a target without layout pairs turns them off (Target.knobs)
         g, rep.rewrites["channels_last_pairs"] = channels_last_pairs(g)
     rep.prims = len(g.prims)

@@ -21,6 +21,7 @@ from kernorch.ir.graph import Graph
 from kernorch.runtime.inplace import OVERWRITING_PROVIDERS, overwritable
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
 from kernorch.runtime.calls import NATIVE, CallPlan, as_tensor
+from kernorch.tensors import to_torch
 
 
 class RuntimeKernel(Protocol):
@@ -40,7 +41,7 @@ def to_tensor(a: Any) -> torch.Tensor:
         return a.detach().cpu().contiguous()
     a = np.asarray(a)
     a = a if a.flags.c_contiguous else np.array(a, order="C")  # (ascontiguousarray makes rank 0 1-d)
-    return torch.from_numpy(a if a.flags.writeable else a.copy())
+    return to_torch(a)
 
 
 class ProviderKernel:

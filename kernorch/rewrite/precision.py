@@ -1,0 +1,87 @@
+"""bfloat16 as a graph rewrite (``precision="bf16"``): explicit casts the orchestrator places.
+
+Every linear prim (matmul, convolution) with float32 operands computes on bf16 operands, keeping
+float32 accumulation, and rounds its result to bf16; a cast widens that result back to float32,
+keeping the prim's value id, so everything after it reads float32 as before. Constant weights
+become bf16 constants (a convolution's bias stays float32: it is added before the rounding).
+Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32`` (readers read
+the widened value, a linear reader the bf16 one directly): a value several prims read (a residual)
+or a reduction reads (a normalisation's input).
+
+Nothing else changes: elementwise and reduction arithmetic stays float32, casts are elementwise
+prims like any other. A kernel that ends at a bf16 value writes half the bytes; one that ends at
+its float32 neighbour writes float32; one that holds both computes the rounding in registers. So
+which values travel through memory in bf16 is the solver's choice among measured kernels, as
+Korch would have it: a cast pair costs nothing unless a cut falls between its halves.
+
+Graph inputs and outputs keep their dtype (the model's signature does not change), and a value
+the model returns is never rounded on its way out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernorch.ir.graph import Builder, Graph
+from kernorch.ir.prims import CastAttrs, Kind, Op, Prim, ValueId
+from kernorch.tensors import BFLOAT16
+
+LINEAR_OPS = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
+KEEPS_STORAGE = (Op.VIEW, Op.BROADCAST, Op.CAST, *LINEAR_OPS)  # no pair: their value is a view or already paired
+
+
+def bf16_storage(g: Graph) -> tuple[Graph, int]:
+    """A copy of ``g`` in bf16 as described above, and the number of prims rounded to bf16
+    (linear prims and paired values)."""
+    out = Graph()
+    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
+    out.constants, out.names = dict(g.constants), dict(g.names)
+    b = Builder(out)
+    readers = g.consumers()
+    returned = set(g.outputs)
+    remap: dict[ValueId, ValueId] = {}  # a paired value -> its widened copy, which readers read
+    narrow: dict[ValueId, ValueId] = {}  # a float32 value -> the bf16 value it was widened from
+    weights: dict[ValueId, ValueId] = {}  # a float32 constant -> its bf16 copy
+    rounded = 0
+
+    def bf16_operand(v: ValueId) -> ValueId:
+        if v in narrow:
+            return narrow[v]
+        if v in out.constants:
+            if v not in weights:
+                weights[v] = b.constant(np.asarray(out.constants[v]).astype(BFLOAT16))
+            return weights[v]
+        narrow[v] = b.cast(v, "bfloat16")
+        return narrow[v]
+
+    for p in g.prims:
+        b.origin = p.origin
+        ins = tuple(remap.get(v, v) for v in p.inputs)
+        if p.op in LINEAR_OPS and _all_float32(g, p):
+            ops = tuple(v if (p.op is not Op.MATMUL and k == 2) else bf16_operand(v) for k, v in enumerate(ins))
+            y16 = b.prim(p.op, ops, p.attrs)
+            out.prims.append(Prim(Op.CAST, (y16,), p.output, CastAttrs("float32"), p.origin))
+            narrow[p.output] = y16
+            rounded += 1
+            continue
+        out.prims.append(Prim(p.op, ins, p.output, p.attrs, p.origin))
+        if _is_cut(g, p, readers, returned):
+            w16 = b.cast(p.output, "bfloat16")
+            remap[p.output] = b.cast(w16, "float32")
+            narrow[remap[p.output]] = w16
+            rounded += 1
+    return out, rounded
+
+
+def _all_float32(g: Graph, p: Prim) -> bool:
+    return all(g.types[v].dtype == "float32" for v in (*p.inputs, p.output))
+
+
+def _is_cut(g: Graph, p: Prim, readers: dict[ValueId, list[Prim]], returned: set[ValueId]) -> bool:
+    """A float32 activation where a kernel is likely to end: several prims read it, or a reduction."""
+    if p.op in KEEPS_STORAGE or p.kind is Kind.OPAQUE or p.output in returned:
+        return False
+    if g.types[p.output].dtype != "float32" or g.types[p.output].size < 2:
+        return False
+    rs = readers.get(p.output, [])
+    return len(rs) > 1 or any(r.kind is Kind.REDUCE for r in rs)
