@@ -12,11 +12,9 @@ from kernorch.providers.torch_ops import TorchProvider
 
 def default_providers(threads: int | None = None, bf16_tolerance: float | None = None) -> list[Provider]:
     """Every provider this package has, installed or not (``best_provider`` records the missing);
-    ``bf16_tolerance``: the accuracy budget of the bf16 variant (``precision="bf16"``)."""
+    ``bf16_tolerance``: the accuracy budget of OpenVINO's bf16 regions (``precision="bf16"``)."""
     return [OrtProvider(threads), OpenVinoProvider(threads), TorchProvider("eager", threads),
             TorchProvider("onednn", threads), TorchProvider("channels_last", threads), TorchProvider("jit", threads),
-            TorchProvider("onednn_bf16", threads, tolerance=bf16_tolerance),
-            TorchProvider("onednn_bf16_math", threads, tolerance=bf16_tolerance),
             OpenVinoProvider(threads, precision="bf16", tolerance=bf16_tolerance)]
 
 

@@ -3,11 +3,12 @@ matmul with constant weights prepacked once at build time (``mkldnn._reorder_*_w
 bias, and a post-op chain applied while the output is hot: a residual ``add`` (or ``mul``/``sub``)
 with a same-shaped tensor, then ``relu``/``sigmoid``/``tanh``.
 
-In bfloat16 (the ``onednn_bf16`` variant, ``precision="bf16"``) the weight is prepacked in bf16, the
-input and a residual operand are cast to bf16 as the step reads them, the bias stays float32, the
-products accumulate in float32 on the CPU's matrix units (AMX, AVX512-BF16) and the bf16 result is
-widened back to float32: the graph around the step stays float32, only the step's arithmetic and
-its result's rounding change (the oracle judges such a kernel with the bf16 tolerance).
+In a ``precision="bf16"`` graph (rewrite/precision.py) the step's activation and weight are bf16:
+the weight is prepacked in bf16, the bias stays float32, the products accumulate in float32 on the
+CPU's matrix units (AMX, AVX512-BF16) and oneDNN rounds the result to bf16. The graph's widening
+cast after the prim is absorbed (post-ops apply to the unrounded sum, within the bf16 tolerance
+the oracle then judges the kernel by), and so is the rounding cast after the post-ops, so the
+step hands its bf16 result on as it is.
 
 A convolution keeps the memory format of its input: fed a channels-last view (the NHWC side of a
 layout pair, rewrite/layouts.py) it computes and returns channels-last, so consecutive kernels
@@ -143,10 +144,10 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
         x_shape[2] += pre_pad[2] + pre_pad[3]
         x_shape[3] += pre_pad[0] + pre_pad[1]
     stride, dilation = list(a.strides), list(a.dilations)
-    low = _Precision("bf16" if w.dtype == torch.bfloat16 else b.bf16)
-    if low.casts and a.groups > 1 and post_ops(b, out_v)[0] is not None:
+    low = _Precision(w)
+    if low.dtype == torch.bfloat16 and a.groups > 1 and post_ops(b, out_v)[0] is not None:
         return None  # PyTorch 2.13 has no bf16 add_relu for oneDNN's grouped binary convolution
-    packed = torch.ops.mkldnn._reorder_convolution_weight(low.weight(w.contiguous()), padding, stride, dilation,
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w.contiguous(), padding, stride, dilation,
                                                           a.groups, x_shape)
     out_v, other_slot, binary, act, keep_bf16 = absorb(b, p, out_v, pre)
     result = _identity if keep_bf16 else low.result
@@ -163,7 +164,7 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
     if other_slot is None:
         def run(e):
-            e[o] = result(low.call(fused, inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary,
+            e[o] = result(fused(inp(e), packed, bias(e), padding, stride, dilation, a.groups, unary,
                                    scalars, algorithm))
     else:
         bias = _bias_reader(bias_slot, n_out, fixed, low.dtype)  # the binary op wants the input's dtype
@@ -171,7 +172,7 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], bias_slot: int | None,
         def run(e):
             xt = inp(e)
             other = low.read(e[other_slot]).contiguous(memory_format=_format_of(xt))
-            e[o] = result(low.call(fused.binary, xt, other, packed, bias(e), padding, stride, dilation, a.groups,
+            e[o] = result(fused.binary(xt, other, packed, bias(e), padding, stride, dilation, a.groups,
                                    binary, None, None if act is None else unary, scalars, algorithm))
     return run, out_v
 
@@ -189,8 +190,8 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId, fixed: dict[i
     binary_prim, _, act, _ = post_ops(b, out_v)
     if binary_prim is not None and act is not None:
         return None  # oneDNN's linear takes one post-op here; leave the chain to PyTorch
-    low = _Precision("bf16" if w.dtype == torch.bfloat16 else b.bf16)
-    packed = torch.ops.mkldnn._reorder_linear_weight(low.weight(w.t().contiguous()), rows)
+    low = _Precision(w)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), rows)
     out_v, other_slot, binary, act, keep_bf16 = absorb(b, p, out_v, pre)
     result = _identity if keep_bf16 else low.result
     unary, scalars, algorithm = act.attr if act is not None else ("none", [], "")
@@ -203,51 +204,32 @@ def linear_step(b, p: Prim, bias_slot: int | None, out_v: ValueId, fixed: dict[i
 
     if other_slot is None:
         def run(e):
-            e[o] = result(low.call(linear, low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
+            e[o] = result(linear(low.read(e[a_s]).reshape(-1, kdim), packed, bias(e), unary, scalars,
                                    algorithm)).reshape(out_shape)
     else:
         def run(e):
             other = low.read(e[other_slot]).reshape(-1, n)
-            e[o] = result(low.call(linear.binary, low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
+            e[o] = result(linear.binary(low.read(e[a_s]).reshape(-1, kdim), other, packed, bias(e),
                                    binary)).reshape(out_shape)
     return run, out_v
 
 
 class _Precision:
-    """What a step computes in. ``"f32"``: float32 throughout. ``"bf16"``: weights packed in bf16,
-    operands cast to bf16 as read, the result widened to float32 (two extra passes over the
-    activations). ``"bf16_math"``: everything stays float32 in memory and oneDNN converts to bf16
-    inside the primitive (PyTorch's ``torch.backends.mkldnn.{conv,matmul}.fp32_precision = "bf16"``,
-    oneDNN's fpmath mode), set around the call only, so no other op of the process is affected.
-    Neither bf16 way wins everywhere (on a Sapphire Rapids Xeon the casts won 3x3 convolutions,
-    the implicit conversion 1x1 ones): both are providers and the measurement decides."""
+    """What a step computes in, from its weight's dtype: float32 throughout, or bfloat16 (a
+    ``precision="bf16"`` graph: the activation arrives in bf16, the weight is packed in bf16, the
+    products accumulate in float32 on the CPU's matrix units and oneDNN rounds the result to bf16,
+    which is widened to float32 unless the step stores it as it is (``absorb``))."""
 
-    def __init__(self, mode: str | bool) -> None:
-        self.mode = {True: "bf16", False: "f32"}.get(mode, mode)
-        self.casts = self.mode == "bf16"
-        self.dtype = torch.bfloat16 if self.casts else torch.float32
-        self.label = {"f32": "f32", "bf16": "bf16", "bf16_math": "f32 (bf16 math)"}[self.mode]
-
-    def weight(self, w: torch.Tensor) -> torch.Tensor:
-        return w.to(self.dtype)
+    def __init__(self, w: torch.Tensor) -> None:
+        self.dtype = w.dtype
+        self.label = "bf16" if w.dtype == torch.bfloat16 else "f32"
 
     def read(self, t: torch.Tensor) -> torch.Tensor:
-        return t.to(self.dtype)
+        return t.to(self.dtype)  # a residual operand widened in the graph goes back to the step's dtype
 
     @staticmethod
     def result(t: torch.Tensor) -> torch.Tensor:
         return t.float()
-
-    def call(self, fn, *args):
-        if self.mode != "bf16_math":
-            return fn(*args)
-        mk = torch.backends.mkldnn
-        conv, matmul = mk.conv.fp32_precision, mk.matmul.fp32_precision
-        mk.conv.fp32_precision = mk.matmul.fp32_precision = "bf16"
-        try:
-            return fn(*args)
-        finally:
-            mk.conv.fp32_precision, mk.matmul.fp32_precision = conv, matmul
 
 
 def _supported(w: torch.Tensor, x_dtype: str) -> bool:

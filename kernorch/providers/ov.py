@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
@@ -38,8 +39,6 @@ class OpenVinoProvider(Provider):
 
     def __init__(self, threads: int | None = None, bake_constants: bool = True, pin_threads: bool = False,
                  precision: str = "f32", tolerance: float | None = None) -> None:
-        from kernorch.providers.torch_ops import BF16_TOLERANCE
-
         if precision not in ("f32", "bf16"):
             raise ValueError(f"OpenVINO precision {precision!r}: f32 or bf16")
         self.threads = threads or default_threads()
@@ -47,7 +46,7 @@ class OpenVinoProvider(Provider):
         self.pin_threads = pin_threads
         self.precision = precision
         self.name = "openvino" if precision == "f32" else "openvino_bf16"
-        self.tolerance = (tolerance or BF16_TOLERANCE) if precision == "bf16" else None
+        self.tolerance = (tolerance or oracle.rel_tolerance("bfloat16")) if precision == "bf16" else None
 
     def available(self) -> bool:
         from kernorch.codegen import isa

@@ -92,18 +92,17 @@ class Program:
 
 
 def build_program(g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId], *, bake: bool = True,
-                  channels_last: bool = False, inplace: bool = True, onednn: bool = False,
-                  bf16: str | bool = False) -> Program:
-    """``onednn``: linear prims with constant weights become fused oneDNN calls (onednn.py);
-    ``bf16``: those calls compute in bfloat16 (onednn._Precision's "bf16" or "bf16_math")."""
-    return _Builder(g, set(members), list(outputs), bake, channels_last, inplace, onednn, bf16).build()
+                  channels_last: bool = False, inplace: bool = True, onednn: bool = False) -> Program:
+    """``onednn``: linear prims with constant weights become fused oneDNN calls (onednn.py), in
+    the dtype the graph gives them (float32, or bfloat16 after rewrite/precision.py)."""
+    return _Builder(g, set(members), list(outputs), bake, channels_last, inplace, onednn).build()
 
 
 class _Builder:
-    def __init__(self, g, members, outputs, bake, channels_last, inplace, onednn=False, bf16=False) -> None:
+    def __init__(self, g, members, outputs, bake, channels_last, inplace, onednn=False) -> None:
         self.g, self.members, self.outputs = g, members, outputs
         self.sub = g.subgraph(members, outputs)
-        self.bake, self.cl, self.inplace, self.onednn, self.bf16 = bake, channels_last, inplace, onednn, bf16
+        self.bake, self.cl, self.inplace, self.onednn = bake, channels_last, inplace, onednn
         self.prims = {p.output: p for p in self.sub.prims}
         self.uses: dict[ValueId, list[Prim]] = {}
         for p in self.sub.prims:

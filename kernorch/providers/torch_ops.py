@@ -7,9 +7,8 @@ convolution's own padding; ``matmul + per-column bias`` becomes one ``addmm``; a
 bias`` folds the add into the convolution; epilogue ops write into their operand's buffer when that
 operand is a temporary. Variants: ``eager`` (NCHW), ``channels_last`` (NHWC convolution, weights
 converted once), ``jit`` (traced, frozen and ``optimize_for_inference``: oneDNN conv with fused
-activations and prepacked weights), ``onednn`` (onednn.py's fused steps) and ``onednn_bf16`` (the
-same in bfloat16 on the CPU's matrix units: ``precision="bf16"``; only where the CPU has bf16
-arithmetic, judged with the bf16 tolerance or the user's accuracy budget).
+activations and prepacked weights) and ``onednn`` (onednn.py's fused steps, float32 or, in a
+``precision="bf16"`` graph, bfloat16 on the CPU's matrix units).
 """
 
 from __future__ import annotations
@@ -18,16 +17,12 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, ValueId
 from kernorch.providers.base import BuiltKernel, Provider, default_threads
 from kernorch.providers.torch_exec import Program, build_program
 
-VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit", "onednn": "torch_onednn",
-            "onednn_bf16": "torch_onednn_bf16", "onednn_bf16_math": "torch_onednn_bf16_math"}
-# The bf16 variant's kernels are judged with bf16's relative tolerance unless told (``accuracy_budget``).
-BF16_TOLERANCE = oracle.rel_tolerance("bfloat16")
+VARIANTS = {"eager": "torch", "channels_last": "torch_cl", "jit": "torch_jit", "onednn": "torch_onednn"}
 _LINEAR = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
 _DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "bool", "int8", "int16", "int32", "int64", "uint8"})
 
@@ -35,25 +30,13 @@ _DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "bool", "int8"
 class TorchProvider(Provider):
     own_pool = True
 
-    def __init__(self, variant: str = "eager", threads: int | None = None, bake_constants: bool = True,
-                 tolerance: float | None = None) -> None:
+    def __init__(self, variant: str = "eager", threads: int | None = None, bake_constants: bool = True) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown torch variant {variant!r}; choose from {sorted(VARIANTS)}")
         self.variant = variant
         self.name = VARIANTS[variant]
         self.threads = threads or default_threads()
         self.bake_constants = bake_constants
-        self.bf16 = {"onednn_bf16": "bf16", "onednn_bf16_math": "bf16_math"}.get(variant, False)
-        self.tolerance = (tolerance or BF16_TOLERANCE) if self.bf16 else None
-
-    def available(self) -> bool:
-        from kernorch.codegen import isa
-
-        return not self.bf16 or isa.host().bf16
-
-    @property
-    def key_suffix(self) -> str:
-        return f"+{self.bf16}@{self.tolerance:g}" if self.bf16 else ""
 
     def can_run(self, g: Graph, members: Iterable[ValueId], outputs: Sequence[ValueId]) -> bool | str:
         members = set(members)
@@ -70,7 +53,7 @@ class TorchProvider(Provider):
         lin = linear[0]
         if self.variant in ("channels_last", "jit") and (lin.op is not Op.CONV or len(g.types[lin.output].shape) != 4):
             return f"the {self.variant} variant serves 2-D convolutions only"
-        if self.variant.startswith("onednn"):
+        if self.variant == "onednn":
             return _onednn_fits(g, lin)
         return True
 
@@ -80,10 +63,7 @@ class TorchProvider(Provider):
             raise ValueError(reason)
         prog = build_program(g, members, outputs, bake=self.bake_constants,
                              channels_last=self.variant == "channels_last", inplace=self.variant != "jit",
-                             onednn=self.variant.startswith("onednn"), bf16=self.bf16)
-        if self.bf16 and "bf16" not in prog.detail:
-            raise ValueError("no linear step of this kernel computes in bf16 (a grouped convolution with a "
-                             "residual): the float32 variants run it")
+                             onednn=self.variant == "onednn")
         run = _jit_runner(prog) if self.variant == "jit" else prog.run
         threads = self.threads
 
@@ -104,15 +84,15 @@ class TorchProvider(Provider):
 
         return BuiltKernel(self.name, prog.inputs, prog.outputs, call, prog.baked, prog.detail,
                            run_into=None if self.variant == "jit" else call_into, fresh=self.variant != "jit",
-                           state={"threads": threads}, rel_tolerance=self.tolerance)  # loading builds it again
+                           state={"threads": threads})  # loading builds it again
 
 
 def _onednn_fits(g: Graph, lin) -> bool | str:
-    """The oneDNN variant: a 2-D convolution or a matmul by a 2-D matrix, float32, with a constant
-    weight (prepacked once)."""
+    """The oneDNN variant: a 2-D convolution or a matmul by a 2-D matrix, float32 or bfloat16, with
+    a constant weight (prepacked once)."""
     w = lin.inputs[1]
-    if w not in g.constants or g.types[w].dtype != "float32":
-        return "the onednn variant needs a constant float32 weight"
+    if w not in g.constants or g.types[w].dtype not in ("float32", "bfloat16"):
+        return "the onednn variant needs a constant float32 or bfloat16 weight"
     if lin.op is Op.CONV and len(g.types[lin.output].shape) == 4:
         return True
     if lin.op is Op.MATMUL and len(g.types[w].shape) == 2:
