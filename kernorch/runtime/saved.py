@@ -174,9 +174,11 @@ class Writer:
         raise SavedModelError(f"a kernel state holds a {type(x).__name__}, which a model file cannot")
 
     def weights(self, constants: dict[int, np.ndarray]) -> dict:
-        from safetensors.numpy import save
+        from safetensors.torch import save  # (the torch side: NumPy has no bfloat16 of its own)
 
-        data = save({str(v): a if a.flags.c_contiguous else np.array(a, order="C") for v, a in constants.items()})
+        from kernorch.tensors import to_torch
+
+        data = save({str(v): to_torch(np.array(a, order="C")) for v, a in constants.items()})
         _write(self.d / WEIGHTS, data)
         return {"file": WEIGHTS, "sha256": sha256(data)}
 
@@ -259,7 +261,9 @@ class Reader:
         return x
 
     def weights(self, rec: Any) -> dict[int, np.ndarray]:
-        from safetensors.numpy import load
+        from safetensors.torch import load
+
+        from kernorch.tensors import to_numpy
 
         if not isinstance(rec, dict) or rec.get("file") != WEIGHTS or not isinstance(rec.get("sha256"), str):
             raise self.fail(f"{MANIFEST} has no valid weights record")
@@ -272,7 +276,7 @@ class Reader:
         for k, a in arrays.items():
             if not k.isdigit():
                 raise self.fail(f"{WEIGHTS} holds an unknown tensor {k[:40]!r}")
-            out[int(k)] = a if a.flags.writeable else a.copy()
+            out[int(k)] = to_numpy(a)
         return out
 
 
