@@ -52,8 +52,8 @@ def bench_one(name: str, args, db: str) -> dict:
     for precision in ("f32", "bf16"):
         model, wall = peers.kernorch_compile(path, "optimal", None, db, args.threads, regions=False,
                                              precision=precision)
-        compiles[precision] = dict(compile_s=round(wall, 1), bf16_kernels=sum(
-            i.provider.endswith("_bf16") for i in model.executable.infos), kernels=len(model.executable.infos))
+        compiles[precision] = dict(compile_s=round(wall, 1), kernels=len(model.executable.infos),
+                                   rounded_to_bf16=model.report.rewrites.get("bf16_storage", 0))
         runners[f"kn-own {precision}"] = peers.kernorch_runner(f"kn-own {precision}", model, feeds, wall)
     ref = runners["onnxruntime"].outputs()
     acc = {k: accuracy(ref, runners[k].outputs()) for k in runners if k != "onnxruntime"}

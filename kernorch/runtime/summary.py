@@ -12,8 +12,6 @@ RUNTIME_WORDS = {
     "linear": "kernorch's linear kernels (PyTorch: oneDNN/BLAS, cuBLAS/cuDNN)",
     "torch": "PyTorch (oneDNN/BLAS linear)",
     "torch_onednn": "oneDNN fused linear",
-    "torch_onednn_bf16": "oneDNN fused linear in bf16",
-    "torch_onednn_bf16_math": "oneDNN fused linear, float32 in memory, bf16 math",
     "torch_cl": "PyTorch channels-last linear",
     "torch_jit": "PyTorch JIT linear",
     "reference": "reference (opaque op)",
@@ -21,7 +19,7 @@ RUNTIME_WORDS = {
     "openvino": "OpenVINO",
     "openvino_bf16": "OpenVINO in bf16",
 }
-OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_onednn_bf16", "torch_onednn_bf16_math", "torch_cl",
+OWN = {"c", "triton", "linear", "torch", "torch_onednn", "torch_cl",
        "torch_jit", "host"}
 
 
