@@ -22,7 +22,7 @@ from kernorch.codegen.packing import packed_copy
 from kernorch.errors import InputError
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.interp import NodeSession, eval_opaque
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 
 TORCH_DTYPE = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
                "bfloat16": torch.bfloat16, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,

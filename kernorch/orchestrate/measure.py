@@ -31,7 +31,7 @@ from kernorch.options import DEFAULT_PROVIDERS, Env
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 
 # c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);

@@ -24,7 +24,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph, index_limits
 from kernorch.ir.prims import ValueId
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 
 
 class ProviderError(KernorchError):

@@ -17,7 +17,7 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, _one_line, random_inputs, reason_or_none, verify
 from kernorch.providers.timing import Measurement, MedianTimer, as_measurement
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 
 # (run once, provider name) -> seconds per run, with its evidence (a bare float from test doubles)
 Timer = Callable[[Callable[[], object], str], "Measurement | float"]

@@ -19,7 +19,7 @@ from kernorch.ir.prims import Op, Prim, ValueId
 from kernorch.providers import onednn
 from kernorch.providers.base import random_inputs
 from kernorch.providers.views import Step, plan_view
-from kernorch.tensors import BFLOAT16, to_torch
+from kernorch.ir.tensors import BFLOAT16, to_torch
 
 _UNARY: dict[Op, Callable] = {
     Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.LOG: torch.log, Op.SQRT: torch.sqrt,

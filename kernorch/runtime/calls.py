@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kernorch.runtime import native as native_runs
-from kernorch.tensors import to_numpy, to_torch
+from kernorch.ir.tensors import to_numpy, to_torch
 
 _now = time.perf_counter
 _from_buffer = ctypes.c_char.from_buffer

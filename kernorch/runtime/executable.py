@@ -21,7 +21,7 @@ from kernorch.ir.graph import Graph
 from kernorch.runtime.inplace import OVERWRITING_PROVIDERS, overwritable
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
 from kernorch.runtime.calls import NATIVE, CallPlan, as_tensor
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 
 
 class RuntimeKernel(Protocol):

@@ -176,7 +176,7 @@ class Writer:
     def weights(self, constants: dict[int, np.ndarray]) -> dict:
         from safetensors.torch import save  # (the torch side: NumPy has no bfloat16 of its own)
 
-        from kernorch.tensors import to_torch
+        from kernorch.ir.tensors import to_torch
 
         data = save({str(v): to_torch(np.array(a, order="C")) for v, a in constants.items()})
         _write(self.d / WEIGHTS, data)
@@ -263,7 +263,7 @@ class Reader:
     def weights(self, rec: Any) -> dict[int, np.ndarray]:
         from safetensors.torch import load
 
-        from kernorch.tensors import to_numpy
+        from kernorch.ir.tensors import to_numpy
 
         if not isinstance(rec, dict) or rec.get("file") != WEIGHTS or not isinstance(rec.get("sha256"), str):
             raise self.fail(f"{MANIFEST} has no valid weights record")

@@ -11,7 +11,7 @@ from kernorch.codegen.feasible import CannotGenerate
 from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op
-from kernorch.tensors import BFLOAT16, to_numpy
+from kernorch.ir.tensors import BFLOAT16, to_numpy
 from tests.codegen.cg_util import THREADS, finish
 
 

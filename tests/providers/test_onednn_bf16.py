@@ -18,7 +18,7 @@ from kernorch.ir.prims import Op
 from kernorch.providers import TorchProvider, verify
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.precision import bf16_storage
-from kernorch.tensors import to_torch
+from kernorch.ir.tensors import to_torch
 from tests.runtime.saved_net import favour
 from tests.providers.test_onednn import CONVS, EPILOGUES, _conv_graph, _matmul_graph, _sides
 

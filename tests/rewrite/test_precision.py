@@ -69,3 +69,18 @@ def test_a_linear_reader_of_a_paired_value_reads_its_bf16_half():
     assert len(pair) == 1 and bf.types[pair[0].output].dtype == "bfloat16"
     conv_prim = next(p for p in bf.prims if p.op is Op.CONV)
     assert conv_prim.inputs[0] == pair[0].output
+
+
+def test_grouped_convolutions_stay_float32():
+    """Depthwise convolutions are memory-bound: no matrix-unit gain, so they keep float32 and read
+    the float32 value even where a dense convolution beside them reads its bf16 half."""
+    b = Builder()
+    x = b.input((1, 4, 5, 5))
+    h = b.unary(Op.RELU, x)
+    depthwise = b.conv(h, b.constant(np.ones((4, 1, 3, 3), np.float32)), None, ConvAttrs((1, 1), (1,) * 4, (1, 1), 4))
+    dense = b.conv(h, b.constant(np.ones((4, 4, 1, 1), np.float32)), None, ConvAttrs((1, 1), (0,) * 4, (1, 1), 1))
+    b.g.outputs = [b.binary(Op.ADD, depthwise, dense)]
+    bf, rounded = bf16_storage(b.g)
+    convs = [p for p in bf.prims if p.op is Op.CONV]
+    assert [bf.types[p.output].dtype for p in convs] == ["float32", "bfloat16"] and rounded == 2
+    assert bf.types[convs[0].inputs[0]].dtype == "float32" and bf.types[convs[1].inputs[0]].dtype == "bfloat16"
