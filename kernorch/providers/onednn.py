@@ -123,6 +123,8 @@ def absorb(b, lin: Prim, y: ValueId, pre: list[Prim] = ()) -> tuple[ValueId, int
     if names:
         b.notes.append("+".join(names) + " fused")
     keep_bf16 = native and (bool(narrow) or not pre)
+    if native and other is not None:
+        other = _bf16_source(b, other)
     return (out, b.s(other) if other is not None else None, BINARY_POST_OPS[binary.op] if binary is not None else "",
             act, keep_bf16)
 
@@ -230,6 +232,18 @@ class _Precision:
     @staticmethod
     def result(t: torch.Tensor) -> torch.Tensor:
         return t.float()
+
+
+def _bf16_source(b, v: ValueId) -> ValueId:
+    """The bf16 value a binary operand ``v`` was widened from inside this kernel (the widening then
+    skipped: a bf16 step reads the bf16 value as it lies, without a float32 pass and a rounding
+    back), else ``v``."""
+    p = b.prims.get(v)
+    if (p is None or p.op is not Op.CAST or v in b.outputs or len(b.uses.get(v, [])) != 1
+            or b.sub.types[p.inputs[0]].dtype != "bfloat16"):
+        return v
+    b.skip.add(v)
+    return p.inputs[0]
 
 
 def _supported(w: torch.Tensor, x_dtype: str) -> bool:

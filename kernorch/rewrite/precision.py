@@ -4,9 +4,11 @@ Every linear prim (matmul, convolution; not a grouped one) with float32 operands
 float32 accumulation, and rounds its result to bf16; a cast widens that result back to float32,
 keeping the prim's value id, so everything after it reads float32 as before. Constant weights
 become bf16 constants (a convolution's bias stays float32: it is added before the rounding).
-Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32`` (readers read
-the widened value, a linear reader the bf16 one directly): a value several prims read (a residual)
-or a reduction reads (a normalisation's input).
+Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32``: a value several
+prims read (a residual) or a reduction reads (a normalisation's input). A linear reader reads the
+bf16 half directly; every other reader gets its own widening, placed just before it (as layouts.py
+places its views back), so the widening falls in the reader's segment (partition.py) and a kernel
+there reads the bf16 half from memory: a residual add can join the convolution before it.
 
 Nothing else changes: elementwise and reduction arithmetic stays float32, casts are elementwise
 prims like any other. A kernel that ends at a bf16 value writes half the bytes; one that ends at
@@ -39,7 +41,7 @@ def bf16_storage(g: Graph) -> tuple[Graph, int]:
     b = Builder(out)
     readers = g.consumers()
     returned = set(g.outputs)
-    remap: dict[ValueId, ValueId] = {}  # a paired value -> its widened copy, which readers read
+    stored: dict[ValueId, ValueId] = {}  # a paired value -> its bf16 half
     narrow: dict[ValueId, ValueId] = {}  # a float32 value -> the bf16 value it was widened from
     weights: dict[ValueId, ValueId] = {}  # a float32 constant -> its bf16 copy
     rounded = 0
@@ -56,8 +58,13 @@ def bf16_storage(g: Graph) -> tuple[Graph, int]:
 
     for p in g.prims:
         b.origin = p.origin
-        ins = tuple(remap.get(v, v) for v in p.inputs)
-        if p.op in LINEAR_OPS and _all_float32(g, p) and not _grouped(p):
+        dense = p.op in LINEAR_OPS and _all_float32(g, p) and not _grouped(p)
+        if dense:
+            ins = tuple(stored.get(v, v) for v in p.inputs)  # a linear reader takes the bf16 half itself
+        else:  # each other reader widens the bf16 half of a pair just before it (in its own segment)
+            widened = {v: b.cast(stored[v], "float32") for v in dict.fromkeys(p.inputs) if v in stored}
+            ins = tuple(widened.get(v, v) for v in p.inputs)
+        if dense:
             ops = tuple(v if (p.op is not Op.MATMUL and k == 2) else bf16_operand(v) for k, v in enumerate(ins))
             y16 = b.prim(p.op, ops, p.attrs)
             out.prims.append(Prim(Op.CAST, (y16,), p.output, CastAttrs("float32"), p.origin))
@@ -66,9 +73,7 @@ def bf16_storage(g: Graph) -> tuple[Graph, int]:
             continue
         out.prims.append(Prim(p.op, ins, p.output, p.attrs, p.origin))
         if _is_cut(g, p, readers, returned):
-            w16 = b.cast(p.output, "bfloat16")
-            remap[p.output] = b.cast(w16, "float32")
-            narrow[remap[p.output]] = w16
+            stored[p.output] = b.cast(p.output, "bfloat16")
             rounded += 1
     return out, rounded
 
