@@ -32,9 +32,10 @@ LINEAR_OPS = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
 KEEPS_STORAGE = (Op.VIEW, Op.BROADCAST, Op.CAST, *LINEAR_OPS)  # no pair: their value is a view or already paired
 
 
-def bf16_storage(g: Graph) -> tuple[Graph, int]:
+def bf16_storage(g: Graph, linear: set[ValueId] | None = None) -> tuple[Graph, int]:
     """A copy of ``g`` in bf16 as described above, and the number of prims rounded to bf16
-    (linear prims and paired values)."""
+    (linear prims and paired values). ``linear``: the outputs of the linear prims to compute in
+    bf16 (providers/bf16_choice.py measures where bf16 is faster); None: every one that can."""
     out = Graph()
     out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
     out.constants, out.names = dict(g.constants), dict(g.names)
@@ -58,7 +59,8 @@ def bf16_storage(g: Graph) -> tuple[Graph, int]:
 
     for p in g.prims:
         b.origin = p.origin
-        dense = p.op in LINEAR_OPS and _all_float32(g, p) and not _grouped(p)
+        dense = (p.op in LINEAR_OPS and _all_float32(g, p) and not _grouped(p)
+                 and (linear is None or p.output in linear))
         if dense:
             ins = tuple(stored.get(v, v) for v in p.inputs)  # a linear reader takes the bf16 half itself
         else:  # each other reader widens the bf16 half of a pair just before it (in its own segment)

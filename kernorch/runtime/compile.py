@@ -31,6 +31,7 @@ from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.rewrite.precision import bf16_storage
 from kernorch.providers import BuiltKernel, Provider
+from kernorch.providers.bf16_choice import bf16_faster
 from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
@@ -199,7 +200,8 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
     if opts.precision == "bf16":
-        g, rep.rewrites["bf16_storage"] = bf16_storage(g)
+        faster = bf16_faster(g, target.threads) if opts.target == "cpu" else None
+        g, rep.rewrites["bf16_storage"] = bf16_storage(g, faster)
     if strategy == "optimal" and knobs.layouts:  # a target without layout pairs turns them off (Target.knobs)
         g, rep.rewrites["channels_last_pairs"] = channels_last_pairs(g)
     rep.prims = len(g.prims)

@@ -84,3 +84,18 @@ def test_grouped_convolutions_stay_float32():
     convs = [p for p in bf.prims if p.op is Op.CONV]
     assert [bf.types[p.output].dtype for p in convs] == ["float32", "bfloat16"] and rounded == 2
     assert bf.types[convs[0].inputs[0]].dtype == "float32" and bf.types[convs[1].inputs[0]].dtype == "bfloat16"
+
+
+def test_only_the_chosen_linear_prims_compute_in_bf16():
+    """``linear=``: the prims bf16 measured faster for (providers/bf16_choice.py); the others keep
+    float32, and the measurement only ever proposes dense float32 linear prims."""
+    from kernorch.codegen import isa
+    from kernorch.providers.bf16_choice import bf16_faster
+
+    g = _residual_block()
+    convs = [p.output for p in g.prims if p.op is Op.CONV]
+    bf, rounded = bf16_storage(g, {convs[1]})
+    dtypes = [bf.types[p.output].dtype for p in bf.prims if p.kind.value == "linear"]
+    assert dtypes == ["float32", "bfloat16", "float32"] and rounded == 1
+    if isa.host().bf16:
+        assert bf16_faster(g, threads=1) <= {p.output for p in g.prims if p.kind.value == "linear"}
