@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-import torch
 
 from kernorch import codegen
 from kernorch.codegen.feasible import extreme_split
