@@ -200,8 +200,9 @@ def kernel_tolerance(g: Graph, members: Iterable[ValueId]) -> float | None:
     outputs) when looser than float32's, else None (each output's own dtype decides). A kernel
     that rounds to bfloat16 on the way to a float32 output may round at other places than the
     interpreter (oneDNN adds the bias before rounding its bf16 result): it is judged as bf16."""
-    members = set(members)
-    dtypes = {g.types[v].dtype for p in g.prims if p.output in members for v in (*p.inputs, p.output)}
+    pos = g._index()[0]  # the graph's cached prim positions: no scan of every prim per kernel
+    dtypes = {g.types[v].dtype for m in set(members) if m in pos
+              for v in (*g.prims[pos[m]].inputs, m)}
     worst = max((REL_TOL.get(d, 0.0) for d in dtypes), default=0.0)
     return worst if worst > REL_TOL["float32"] else None
 

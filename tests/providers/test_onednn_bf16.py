@@ -101,6 +101,9 @@ def test_bf16_compile_reports_accuracy_matches_onnxruntime_and_saves(tmp_path, m
     import onnxruntime as ort
 
     favour(monkeypatch, "torch_onednn")
+    # every dense linear prim in bf16: which ones bf16_choice measures 2x faster on a net this small
+    # depends on the machine's timing, and the count below must not
+    monkeypatch.setattr("kernorch.runtime.compile.bf16_faster", lambda g, threads: None)
     torch.manual_seed(0)
     net, x = _Net().eval(), torch.randn(2, 8, 24, 24)
     path = tmp_path / "net.onnx"
