@@ -48,7 +48,13 @@ def add_commands(sub, add_model_args) -> None:
                         "(without it, another kernel stands in and the summary's 'fallback' line names it)")
     q.add_argument("--precision", choices=tuple(PRECISIONS), default="f32",
                    help="f32 (default); bf16: linear kernels may compute in bfloat16 on the CPU's matrix units "
-                        "(AMX, AVX512-BF16), each kept only within --accuracy-budget; the accuracy is reported")
+                        "(AMX, AVX512-BF16), each kept only within --accuracy-budget; int8: the model quantized "
+                        "by onnxruntime's quantizer on --calibration inputs; the accuracy is reported")
+    q.add_argument("--calibration", action="append", default=[], metavar="FILE.npz",
+                   help="--precision int8: one calibration batch, an .npz archive of arrays named by the model's "
+                        "inputs (repeatable; without it random inputs stand in and the summary says so)")
+    q.add_argument("--calibration-method", default="minmax", metavar="METHOD",
+                   help="--precision int8: how activation ranges are chosen: minmax (default), entropy, percentile")
     q.add_argument("--accuracy-budget", type=float, metavar="REL",
                    help="relative error a bf16 kernel may add (default 1e-2 of its output's scale)")
     q.add_argument("--ray", metavar="ADDRESS", help="measure candidates on a Ray cluster ('auto', host:port or "
@@ -160,8 +166,9 @@ def _compile(args, shapes, out: Path) -> int:
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
                              regions=not args.no_regions, require_quiet=args.require_quiet,
                              cluster=None if args.ray is None else f"ray:{args.ray}", strict=args.strict,
-                             precision=args.precision,
-                             accuracy_budget=args.accuracy_budget, **kw)
+                             precision=args.precision, accuracy_budget=args.accuracy_budget,
+                             calibration=[_load_npz(p) for p in args.calibration] or None,
+                             calibration_method=args.calibration_method, **kw)
     secs = time.perf_counter() - t0
     try:
         model.save(out)
@@ -229,6 +236,20 @@ def _load_npy(name: str, path: str) -> np.ndarray:
     if not isinstance(a, np.ndarray):  # an .npz archive
         raise InputError(f"--input {name}: {path} is an .npz archive; save one array with numpy.save")
     return a
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    """One --calibration batch: an .npz archive's arrays by name."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"--calibration {path}: no such file") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise InputError(f"--calibration {path}: not a NumPy .npz archive ({str(e).splitlines()[0][:80]})") from None
+    if isinstance(z, np.ndarray):
+        raise InputError(f"--calibration {path}: one .npy array; save a batch with numpy.savez(path, **feeds)")
+    with z:
+        return {k: z[k] for k in z.files}
 
 
 def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:

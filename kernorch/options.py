@@ -53,7 +53,7 @@ DEFAULT_PROVIDERS: tuple[str, ...] = ("ort", "openvino", "torch", "torch_onednn"
 # large kernels (depthwise + activation in channels-last): their plans ran 15-20% slower.
 TUNING_BUDGET = 6000
 # precision= : what the compiled model may compute in, and the providers that adds (besides DEFAULT_PROVIDERS)
-PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("openvino_bf16",)}
+PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("openvino_bf16",), "int8": ()}
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y"), ("0", "false", "no", "off", "n", "")
 
 
@@ -143,6 +143,8 @@ class Options:
     strict: bool = False  # raise when a generated kernel failed (report.fallbacks) or no provider ran one
     precision: str = "f32"  # "bf16": linear kernels may compute in bfloat16 (PRECISIONS)
     accuracy_budget: float | None = None  # relative error a reduced-precision kernel may add (None: 1e-2)
+    calibration: Any = None  # precision "int8": an iterable of input feeds to calibrate on (None: random)
+    calibration_method: str = "minmax"  # "minmax" | "entropy" | "percentile" (frontend/quantize.py)
     env: Env = field(default_factory=Env.read)
 
     @classmethod

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from kernorch.codegen import isa
 from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import random_inputs
-from kernorch.frontend.onnx_import import ImportReport, import_onnx
+from kernorch.frontend.quantize import CALIBRATION_METHODS
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
@@ -39,31 +39,14 @@ from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
 from kernorch.runtime import accuracy, native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
-from kernorch.runtime.whole import original_regions, region_plan, source_model
+from kernorch.runtime.sources import Sources, load_graph, load_int8_graph
+from kernorch.runtime.whole import original_regions, region_plan
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
 # Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
 EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
-
-
-def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               dynamo: bool | None = None) -> tuple[Graph, ImportReport]:
-    """ONNX path / ModelProto, or an nn.Module with example inputs."""
-    try:
-        import torch
-
-        is_module = isinstance(model, torch.nn.Module)
-    except ImportError:  # pragma: no cover - torch is a dependency
-        is_module = False
-    if is_module:
-        if example_inputs is None:
-            raise KernorchError("compiling an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
-        from kernorch.frontend.torch_import import import_torch
-
-        return import_torch(model, example_inputs, dynamo=dynamo)
-    return import_onnx(model, input_shapes=input_shapes)
 
 
 def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", strategy: str = "optimal",
@@ -74,7 +57,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
             cluster: Any = None, strict: bool = False, precision: str = "f32",
-            accuracy_budget: float | None = None,
+            accuracy_budget: float | None = None, calibration: Any = None, calibration_method: str = "minmax",
             options: Options | None = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
@@ -86,7 +69,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     _check_options(opts)
     tgt = targets.make(opts)
     t0 = time.perf_counter()
-    g, plan, whole, measured, ext, rep = _orchestrate(model, example_inputs, opts, tgt)
+    g, plan, whole, measured, ext, rep, sources = _orchestrate(model, example_inputs, opts, tgt)
     t3 = time.perf_counter()
     kernels, fallbacks = tgt.build(g, plan, measured if opts.cost == "measured" else None, ext)
     if any(native.can_run_natively(k) for k in kernels):
@@ -97,7 +80,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     if opts.cost == "measured" and tgt.races_regions:  # the plan's measured latency, next to its price
         original = None
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
-            original = source_model(model)  # the user's ONNX model: a whole-graph region of its own (whole.py)
+            original = sources.onnx(model)  # a whole-graph region of its own (whole.py)
         knobs = _knobs(opts, tgt)
         in_context = opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0
         if in_context:
@@ -115,7 +98,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     if opts.precision != "f32":
         with _progress_bar(opts.progress, f"measuring {opts.precision} accuracy against float32"):
             rep.precision = opts.precision
-            rep.accuracy = accuracy.as_dicts(accuracy.measure(g, compiled.run))
+            rep.accuracy = accuracy.as_dicts(accuracy.measure(sources.reference, compiled.run))
     return _finish(compiled, plan, rep, g, t0, t3)
 
 
@@ -163,8 +146,12 @@ def _check_options(opts: Options) -> None:
     if opts.cluster is not None and opts.cost != "measured":
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
     if opts.precision not in PRECISIONS:
-        hint = " (int8 is not built yet)" if opts.precision == "int8" else ""
-        raise KernorchError(f"unknown precision {opts.precision!r}{hint}; choose one of {', '.join(PRECISIONS)}")
+        raise KernorchError(f"unknown precision {opts.precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if opts.calibration is not None and opts.precision != "int8":
+        raise KernorchError(f"calibration= is for precision='int8' (this compile is {opts.precision!r})")
+    if opts.calibration_method not in CALIBRATION_METHODS:
+        raise KernorchError(f"unknown calibration_method {opts.calibration_method!r}; choose one of "
+                            f"{', '.join(CALIBRATION_METHODS)}")
     if opts.accuracy_budget is not None and not 0 < opts.accuracy_budget < 1:
         raise KernorchError(f"accuracy_budget={opts.accuracy_budget!r}: expected a relative error between 0 and 1")
     if opts.precision == "bf16" and opts.target == "cpu" and not isa.host().bf16:
@@ -194,11 +181,16 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     if cost == "measured":
         rep.efficiency = target.efficiency_note()
     t0 = time.perf_counter()
-    g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
+    if opts.precision == "int8":
+        g, imp, sources, rep.calibration = load_int8_graph(model, example_inputs, opts)
+    else:
+        g, imp = load_graph(model, example_inputs, opts.input_shapes, opts.dynamo)
     rep.opaque, rep.exporter = dict(imp.opaque), imp.exporter
     rep.seconds["import"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
+    if opts.precision != "int8":
+        sources = Sources(g)  # the float32 graph, before any precision rewrite
     if opts.precision == "bf16":
         faster = bf16_faster(g, target.threads) if opts.target == "cpu" else None
         g, rep.rewrites["bf16_storage"] = bf16_storage(g, faster)
@@ -233,7 +225,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
         if own_db:
             tdb.close()
     rep.seconds["orchestrate"] = time.perf_counter() - t2
-    return g, plan, whole, measured, ext, rep
+    return g, plan, whole, measured, ext, rep, sources
 
 
 def _no_plan(e: Exception, measured) -> KernorchError:

@@ -49,6 +49,7 @@ class CompileReport:
     precision: str = "f32"  # what the compile let kernels compute in (options.PRECISIONS)
     # per output, a reduced-precision compile against the float32 reference (runtime/accuracy.py)
     accuracy: list[dict] = field(default_factory=list)
+    calibration: str = ""  # precision "int8": what the quantizer calibrated on (frontend/quantize.py)
 
     def timing_note(self) -> str:
         """One line on how far the measurements can be trusted ('' for modelled costs)."""

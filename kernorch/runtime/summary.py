@@ -100,6 +100,8 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
             top1 = "" if acc["top1"] is None else f", top-1 agreement {acc['top1']:.1%}"
             lines.append(("accuracy  " if i == 0 else "          ") + f"{r.precision} vs float32 reference, "
                          f"{acc['output']}: max rel err {acc['max_rel_err']:.2e}, cosine {acc['cosine']:.5f}{top1}")
+        if getattr(r, "calibration", ""):
+            lines.append(f"int8      {r.calibration}")
         if secs:
             wall = "" if seconds is None else \
                 f" ({seconds:.1f} s wall clock with start-up, saving and the latency comparison)"

@@ -72,8 +72,8 @@ def test_bf16_steps_store_bf16_and_fail_the_f32_tolerance():
 
 
 def test_precision_errors_are_one_line(monkeypatch):
-    with pytest.raises(KernorchError, match=r"^unknown precision 'int8' \(int8 is not built yet\); choose one of"):
-        kernorch.compile(_Net(), (torch.randn(1, 8, 8, 8),), precision="int8", progress=False)
+    with pytest.raises(KernorchError, match=r"^unknown precision 'fp8'; choose one of f32, bf16, int8$"):
+        kernorch.compile(_Net(), (torch.randn(1, 8, 8, 8),), precision="fp8", progress=False)
     with pytest.raises(KernorchError, match="^accuracy_budget=2.0: expected a relative error between 0 and 1$"):
         kernorch.compile(_Net(), (torch.randn(1, 8, 8, 8),), precision="bf16", accuracy_budget=2.0, progress=False)
     monkeypatch.setattr(isa, "host", lambda: isa.from_flags({"avx2", "fma", "sse4_2"}))

@@ -33,7 +33,8 @@ from kernorch.orchestrate.tuning_db import Record, TuningDB
 from kernorch.providers.select import reason_or_none
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
-from kernorch.runtime.compile import build_plan, load_graph
+from kernorch.runtime.compile import build_plan
+from kernorch.runtime.sources import load_graph
 from kernorch.runtime.model import CompiledModel
 
 PROVIDERS = ("ort", "openvino", "torch", "torch_onednn")

@@ -8,3 +8,4 @@ from kernorch.fission.rules import linear  # noqa: F401
 from kernorch.fission.rules import pool  # noqa: F401
 from kernorch.fission.rules import resize  # noqa: F401
 from kernorch.fission.rules import positions  # noqa: F401
+from kernorch.fission.rules import quantize  # noqa: F401
