@@ -24,6 +24,9 @@ from kernorch.ir.layout import GatherIndexError
 from kernorch.ir.prims import Op, OpaqueAttrs, Prim
 
 FOLD_LIMIT_ELEMENTS = 1 << 24  # never fold constants bigger than this (64 MiB of float32)
+# Nodes left as prims on constant inputs: a dequantized weight's integers are what a quantized
+# model's linear prims multiply (rewrite/quantized.py); the rewrites' constant folding takes the rest.
+KEPT_UNFOLDED = frozenset({"DequantizeLinear"})
 
 # Operators whose output shape depends on input values: with non-constant inputs they cannot be
 # compiled for static shapes (with constant inputs they fold like anything else).
@@ -269,7 +272,7 @@ def _fission_node(node, g: Graph, env, rules, opset, inferred, report: ImportRep
             report.opaque[node.op_type] -= 1
             report.folded += 1
         return [v]
-    if all_const:
+    if all_const and node.op_type not in KEPT_UNFOLDED:
         folded = _try_fold(node, name, g, ins, out_types, opset, rule)
         if folded is not None:
             report.folded += 1

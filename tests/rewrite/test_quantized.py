@@ -1,0 +1,52 @@
+"""rewrite/quantized.py against the reference interpreter: a QDQ model's convolutions and matmuls
+multiply the integers themselves (the scales move after them) and compute what the QDQ model
+computes, up to float32 rounding (one quantization step where a value sits on a rounding boundary)."""
+
+import numpy as np
+import pytest
+
+from kernorch.frontend.onnx_import import import_onnx
+from kernorch.ir import interp, oracle
+from kernorch.ir.graph import Builder, Graph
+from kernorch.ir.prims import ConvAttrs, Op
+from kernorch.rewrite.quantized import integer_linear
+from tests.frontend.qdq_nets import NETS, qdq_model
+
+
+@pytest.mark.parametrize("name,linear", [("convnet", 4), ("block", 4)])
+def test_quantized_linear_prims_multiply_integers(name, linear):
+    g, _ = import_onnx(qdq_model(name))
+    out, n = integer_linear(g)
+    assert n == linear
+    for p in out.prims:
+        if p.op in (Op.CONV, Op.MATMUL) and p.inputs[1] in out.constants:
+            w = out.constants[p.inputs[1]]
+            assert np.array_equal(w, np.round(w)) and np.abs(w).max() <= 127
+    for seed in range(3):
+        feeds = oracle.random_feeds(g, seed=seed)
+        want, got = interp.run(g, feeds), interp.run(out, feeds)
+        for v in g.outputs:
+            step = np.abs(np.diff(np.unique(want[v]))).min()  # the output's quantization step
+            assert np.abs(got[v] - want[v]).max() <= step * 1.01
+
+
+def _dequantized_conv(scale: np.ndarray):
+    g = Graph()
+    b = Builder(g)
+    x = b.input((1, 4, 6, 6))
+    q = b.constant(np.random.default_rng(0).integers(-127, 128, (8, 4, 3, 3)).astype(np.int8))
+    w = b.binary(Op.MUL, b.cast(q, "float32"), b.constant(scale))
+    g.outputs = [b.conv(x, w, None, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1))]
+    return g
+
+
+def test_a_scale_varying_along_input_channels_is_left_alone():
+    per_input = np.linspace(0.01, 0.02, 4, dtype=np.float32).reshape(1, 4, 1, 1)
+    assert integer_linear(_dequantized_conv(per_input))[1] == 0
+    per_output = np.linspace(0.01, 0.02, 8, dtype=np.float32).reshape(8, 1, 1, 1)
+    g = _dequantized_conv(per_output)
+    out, n = integer_linear(g)
+    assert n == 1
+    feeds = oracle.random_feeds(g, seed=0)
+    np.testing.assert_allclose(interp.run(out, feeds)[g.outputs[0]], interp.run(g, feeds)[g.outputs[0]], rtol=1e-5,
+                               atol=1e-5)
