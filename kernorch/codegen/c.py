@@ -18,6 +18,7 @@ from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
 from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.ir.interp import NARROW_INTS
 from kernorch.ir import index as ix
 
 CTYPE = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
@@ -236,6 +237,8 @@ class _Printer:
             src = self.types[s.args[0]]
             if s.dtype == "bool":
                 return f"({s.args[0]} != 0)"
+            if s.dtype in NARROW_INTS and src in ("float32", "float64", "bfloat16"):  # through int32, as interp._cast
+                return f"(({CTYPE[s.dtype]})(int32_t){s.args[0]})"
             return f"(({CTYPE[s.dtype]}){s.args[0]})"
         return c_expr(s.op, _computed(s.dtype), [_computed(self.types[a]) for a in s.args], s.args)
 

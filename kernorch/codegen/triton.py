@@ -23,6 +23,7 @@ from kernorch.codegen.kernel import Let
 from kernorch.codegen.lower_base import identity
 from kernorch.codegen.triton_lower import (Barrier, Def, Fill, Fold, Group, Lane, Put, Reduce, TLoop, TritonConfig,
                                            TritonSpec, lower_triton, np2)
+from kernorch.ir.interp import NARROW_INTS
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op
@@ -283,6 +284,8 @@ class _Printer:
         if s.op == "cast":
             if s.dtype == "bool":
                 return f"({s.args[0]} != 0)"
+            if s.dtype in NARROW_INTS and self.types.get(s.args[0], "") in ("float32", "float64", "bfloat16", "float16"):
+                return f"{s.args[0]}.to(tl.int32).to({TL[s.dtype]})"  # through int32, as interp._cast
             return f"{s.args[0]}.to({TL[s.dtype]})"
         arg_types = [self.types.get(a, s.dtype) for a in s.args]
         return scalar_expr(s.op, s.dtype, arg_types, s.args, self.math)

@@ -90,9 +90,17 @@ def eval_prim(p: Prim, args: Sequence[np.ndarray], out_dtype: str, out_shape: tu
     return out
 
 
+NARROW_INTS = frozenset({"int8", "uint8", "int16", "uint16"})
+
+
 def _cast(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Float to integer truncates toward zero; to a narrow integer (NARROW_INTS) it goes through
+    int32 and wraps, a defined result where C's direct conversion of an out-of-range value is not
+    (the generated kernels convert the same way, codegen/c.py)."""
     if np.dtype(dtype).kind in "iu" and x.dtype.kind == "f":
         x = np.trunc(x)
+        if dtype in NARROW_INTS:
+            x = x.astype(np.int32)
     return x.astype(dtype)
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from kernorch.codegen.linear import gemm_1x1, pointwise_conv
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim, ValueId
-from kernorch.providers import onednn
+from kernorch.providers import onednn, onednn_int8
 from kernorch.providers.base import random_inputs
 from kernorch.providers.views import Step, plan_view
 from kernorch.ir.tensors import BFLOAT16, to_torch
@@ -256,6 +256,10 @@ class _Builder:
                 self.skip.add(x)
                 x = xp.inputs[0]
                 self.notes.append("pad folded into conv")
+        if self.onednn and pads[:k] == pads[k:]:
+            step = onednn_int8.conv_step(self, p, x, pads[:k], fixed)
+            if step is not None:
+                return self._place(step[0], p, step[1])
         out_v, pre = onednn.widened(self, p) if self.onednn else (p.output, [])
         bias_slot = self.s(p.inputs[2]) if len(p.inputs) > 2 else None
         fused = self._bias_of(out_v, p, 1) if bias_slot is None else None
@@ -337,6 +341,10 @@ class _Builder:
         a_s, w_s = self.s(p.inputs[0]), self.s(p.inputs[1])
         wshape = self.sub.types[p.inputs[1]].shape
         out_shape = self.sub.types[p.output].shape
+        if self.onednn:
+            step = onednn_int8.linear_step(self, p, fixed)
+            if step is not None:
+                return self._place(step[0], p, step[1])
         start, pre = onednn.widened(self, p) if self.onednn else (p.output, [])
         fused = self._bias_of(start, p, -1) if len(wshape) == 2 else None
         if self.onednn:
@@ -375,8 +383,11 @@ def _fit(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """As the interpreter casts (interp._cast): truncation, through int32 to a narrow integer."""
     if t.is_floating_point() and not dtype.is_floating_point and dtype is not torch.bool:
         t = torch.trunc(t)
+        if dtype in (torch.int8, torch.uint8, torch.int16, torch.uint16):
+            t = t.to(torch.int32)
     return t.to(dtype)
 
 

@@ -50,7 +50,12 @@ def _scale_and_shift(op: Op, s: np.ndarray, side: int) -> tuple[np.ndarray, np.n
 
 
 def _weight(ctx: Ctx, v: ValueId) -> np.ndarray | None:
-    return ctx.const_value(v, ctx.options.fold_max_elements)
+    """The constant weight to fold into; None for integers in int8's range, a quantized model's
+    (rewrite/quantized.py): scaled, they would no longer run as an int8 kernel."""
+    w = ctx.const_value(v, ctx.options.fold_max_elements)
+    if w is not None and w.size and np.abs(w).max() <= 128 and np.array_equal(w, np.round(w)):
+        return None
+    return w
 
 
 def _fold_conv(p: Prim, ctx: Ctx, conv: Prim, other: ValueId, side: int) -> Replacement | None:
