@@ -65,10 +65,9 @@ def conv_step(b, p: Prim, x: ValueId, padding: list[int], fixed: dict[int, torch
                    f"{'requantized to u8' if epi.out_dtype == torch.uint8 else 'float32 out'})")
     conv = torch.ops.onednn.qconv_pointwise
 
-    def run(e):  # oneDNN's int8 convolution works in NHWC; the kernel's values are laid out as the graph says
-        y = conv(e[xs].contiguous(memory_format=torch.channels_last), 1.0, zx, packed, scales, zeros, epi.bias,
-                 stride, padding, dilation, a.groups, epi.out_scale, epi.out_zp, epi.out_dtype, attr, [], "")
-        e[o] = y.contiguous()
+    def run(e):  # NHWC in (free when a layout pair's view hands it over), NHWC out
+        e[o] = conv(e[xs].contiguous(memory_format=torch.channels_last), 1.0, zx, packed, scales, zeros, epi.bias,
+                    stride, padding, dilation, a.groups, epi.out_scale, epi.out_zp, epi.out_dtype, attr, [], "")
     return run, epi.out
 
 

@@ -18,7 +18,8 @@ from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim, ValueId
 from kernorch.providers import onednn, onednn_int8
 from kernorch.providers.base import random_inputs
-from kernorch.providers.views import Step, plan_view
+from kernorch.providers.torch_views import view_step
+from kernorch.providers.views import plan_view
 from kernorch.ir.tensors import BFLOAT16, to_torch
 
 _UNARY: dict[Op, Callable] = {
@@ -183,7 +184,7 @@ class _Builder:
             return _set(o, lambda e: e[ins[0]].expand(shape))
         if op is Op.VIEW:
             plan = plan_view(p.attrs.map)
-            fns = [_view_step(st) for st in plan.steps]
+            fns = [view_step(st) for st in plan.steps]
 
             def view(e, x=ins[0]):
                 t = e[x]
@@ -389,62 +390,6 @@ def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if dtype in (torch.int8, torch.uint8, torch.int16, torch.uint16):
             t = t.to(torch.int32)
     return t.to(dtype)
-
-
-def _view_step(st: Step) -> Callable[[torch.Tensor], torch.Tensor]:
-    if st.op == "reshape":
-        return lambda t: t.reshape(st.shape)
-    if st.op == "transpose":
-        return lambda t: t.permute(st.perm)
-    if st.op == "expand":
-        return lambda t: t.expand(st.shape)
-    if st.op == "upsample":
-        def upsample(t):
-            for d, f in enumerate(st.shape):
-                t = t.repeat_interleave(f, dim=d) if f > 1 else t
-            return t
-        return upsample
-    if st.op == "slice":
-        def sl(t):
-            for d, (s, a, c) in enumerate(zip(st.starts, st.steps, st.counts)):
-                if a < 0:
-                    t = t.flip(d)
-                    s, a = int(t.shape[d]) - 1 - s, -a
-                t = t.narrow(d, s, (c - 1) * a + 1)[(slice(None),) * d + (slice(None, None, a),)] if a > 1 \
-                    else t.narrow(d, s, c)
-            return t
-        return sl
-    if st.op == "pad":
-        if st.mode == "constant":
-            pads = []
-            for b, e in zip(reversed(st.begins), reversed(st.ends)):
-                pads += [b, e]
-            return lambda t: F.pad(t, pads, value=st.value)
-        return lambda t: _index_pad(t, st)
-    table = torch.from_numpy(st.table)
-    mask = torch.from_numpy(st.mask) if st.mask is not None else None
-
-    def gather(t):
-        y = t.reshape(-1)[table]
-        return y if mask is None else torch.where(mask, y, torch.tensor(st.value).to(t.dtype))
-    return gather
-
-
-def _index_pad(t: torch.Tensor, st: Step) -> torch.Tensor:
-    """Reflect / edge padding along any dims as one index_select per padded dim."""
-    for d, (b, e) in enumerate(zip(st.begins, st.ends)):
-        if not b and not e:
-            continue
-        n = int(t.shape[d])
-        j = np.arange(-b, n + e)
-        if st.mode == "edge":
-            j = np.clip(j, 0, n - 1)
-        else:
-            j = np.abs(j)
-            j = (n - 1) - np.abs((n - 1) - j)
-        t = t.index_select(d, torch.from_numpy(j.astype(np.int64)))
-    return t
-
 
 
 def read_only_tensor(arr) -> torch.Tensor:

@@ -98,6 +98,7 @@ class _Work:
             self.order.append(p.output)
         self.before: dict[ValueId, list[ValueId]] = {}
         self.const_memo: dict[ValueId, np.ndarray | None] = {}
+        self.not_const: set[ValueId] = set()  # values computed from a graph input; reset as prims are rewired
         self.removed_dead = 0
         self.rank: dict[ValueId, int] = {}
 
@@ -157,6 +158,7 @@ class _Work:
             new = [_renamed(q, rename) for q in new]
             mapping = {o: rename.get(n, n) for o, n in mapping.items() if o not in rename.values()}
         candidates: list[ValueId] = []
+        self.not_const.clear()  # a rewired prim may now read constants only
         for o in rename.values():
             candidates += self.detach(o)
         for o, n in mapping.items():
@@ -307,25 +309,40 @@ class Ctx:
 
 
 def _const_value(w: _Work, v: ValueId, limit: int) -> np.ndarray | None:
+    """``v``'s value when constants alone compute it (at most ``limit`` elements), else None.
+    Iterative: a deep model's producer chains are longer than Python's recursion limit."""
+    stack = [v]
+    while stack:
+        u = stack[-1]
+        if u in w.constants or u in w.const_memo or u in w.not_const:
+            stack.pop()
+            continue
+        p = w.producer.get(u)
+        if p is not None and w.types[u].size > limit:
+            return None  # too large for this caller (another may allow it): nothing remembered
+        if p is None or p.op is Op.OPAQUE:
+            w.not_const.add(u)
+            stack.pop()
+            continue
+        todo = [i for i in p.inputs if i not in w.constants and i not in w.const_memo and i not in w.not_const]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        args = [w.constants[i] if i in w.constants else w.const_memo[i] for i in p.inputs
+                if i not in w.not_const]
+        if len(args) != len(p.inputs):
+            w.not_const.add(u)
+            continue
+        if any(a.size > limit for a in args):
+            return None
+        t = w.types[u]
+        w.const_memo[u] = eval_prim(p, args, t.dtype, t.shape)
     if v in w.constants:
         arr = w.constants[v]
-        return arr if arr.size <= limit else None
-    if v in w.const_memo:
-        arr = w.const_memo[v]
-        return arr if arr is None or arr.size <= limit else None
-    p = w.producer.get(v)
-    t = w.types[v]
-    if p is None or p.op is Op.OPAQUE or t.size > limit:
-        return None
-    args = []
-    for i in p.inputs:
-        a = _const_value(w, i, limit)
-        if a is None:
-            return None
-        args.append(a)
-    arr = eval_prim(p, args, t.dtype, t.shape)
-    w.const_memo[v] = arr
-    return arr
+    else:
+        arr = w.const_memo.get(v)
+    return arr if arr is not None and arr.size <= limit else None
 
 
 def run_rules(graph: Graph, rules: Sequence[tuple[str, Rule]], options: RewriteOptions = RewriteOptions()

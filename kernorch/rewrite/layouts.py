@@ -16,6 +16,10 @@ it has several readers or a reduction reads it. Unpaired, a kernel ending there 
 so MobileNetV3's depthwise convolutions stored their channels-last result transposed and its pooling
 read it back across channels.
 
+In a quantized model (rewrite/quantized.py) a convolution reads ``cast(xq) - zx``: the pair goes on
+the integers ``xq`` instead, and on the integers its requantization writes, so int8 kernels pass
+channels-last uint8 memory to each other (providers/onednn_int8.py) instead of converting it.
+
 Applied after the rewrites (``view_chain`` would cancel each pair)."""
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from kernorch.ir.prims import Kind, Op, Prim, ValueId
 
 PAIR_ACTIVATION_CUTS = True  # pair activation_cuts too; off: an A/B switch
 FLOATS = ("float32", "float64", "bfloat16")
+QUANTIZED = ("uint8", "int8")
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
 
@@ -45,13 +50,26 @@ def activation_cuts(g: Graph) -> set[ValueId]:
     for p in g.prims:
         t = g.types[p.output]
         if (p.kind is not Kind.ELEMENTWISE or not near.intersection(p.inputs) or len(t.shape) != 4
-                or t.dtype not in FLOATS or t.shape[2] * t.shape[3] == 1):
+                or t.dtype not in FLOATS + QUANTIZED or t.shape[2] * t.shape[3] == 1):
             continue
         near.add(p.output)
+        if t.dtype in QUANTIZED and p.op is Op.CAST:  # a requantization: int8 kernels end here
+            cuts.add(p.output)
+            continue
         rs = readers.get(p.output, [])
         if len(rs) > 1 or any(r.kind is Kind.REDUCE for r in rs):
             cuts.add(p.output)
     return cuts
+
+
+def _quantized_source(g: Graph, made: dict[ValueId, Prim], v: ValueId) -> ValueId:
+    """The integers ``xq`` when ``v`` is their dequantization ``cast(xq) [- zx]``, else ``v``."""
+    p = made.get(v)
+    if p is not None and p.op is Op.SUB and p.inputs[1] in g.constants and g.types[p.inputs[1]].shape == ():
+        p = made.get(p.inputs[0])
+    if p is not None and p.op is Op.CAST and g.types[p.inputs[0]].dtype in QUANTIZED:
+        return p.inputs[0]
+    return v
 
 
 def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
@@ -72,9 +90,11 @@ def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     out.constants = dict(g.constants)
     out.names = dict(g.names)
     b = Builder(out)
-    targets = {p.output for p in g.prims if is_layout_pair_target(g, p)}
-    targets |= {p.inputs[0] for p in g.prims
-                if is_layout_pair_target(g, p) and p.inputs[0] not in g.constants}
+    made = g.producers()
+    sources = {p.output: _quantized_source(g, made, p.inputs[0]) for p in g.prims if is_layout_pair_target(g, p)}
+    # an int8 convolution's float output only feeds its epilogue: its requantization is paired instead
+    targets = {v for v, src in sources.items() if src == made[v].inputs[0]}
+    targets |= {src for v, src in sources.items() if src not in g.constants}
     if PAIR_ACTIVATION_CUTS:
         targets |= activation_cuts(g)
     nhwc: dict[ValueId, ValueId] = {}  # paired activation -> its channels-last view

@@ -45,6 +45,9 @@ from kernorch.runtime.whole import original_regions, region_plan
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
+# int8 candidates' size bound: dequantize (view, cast, sub), the linear prim, scale, bias,
+# ReLU and requantize (div, round, add, max, min, cast) and a layout view are one int8 call
+INT8_KERNEL_NODES = 18
 # Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
 EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
@@ -164,6 +167,8 @@ def _knobs(opts: Options, target: targets.Target) -> Knobs:
     """The knobs a compile orchestrates with: the user's, as the target takes them, with the
     ``regions`` option and the tuning budget applied."""
     knobs = target.knobs(opts.knobs or Knobs())
+    if opts.precision == "int8" and opts.knobs is None:  # a quantized convolution with its epilogue is
+        knobs = dataclasses.replace(knobs, max_kernel_nodes=INT8_KERNEL_NODES)  # ~16 prims (onednn_int8.py)
     if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:

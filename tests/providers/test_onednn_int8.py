@@ -92,7 +92,7 @@ def test_quantized_linear_is_one_int8_step(case, requant, relu):
         x = RNG.integers(0, 256, g.types[g.inputs[0]].shape).astype(np.uint8)  # the full uint8 range
         (got,) = kern.run([to_torch(x)])
         want = interp.run(g, {g.inputs[0]: x})[g.outputs[0]]
-        ok, err, detail = oracle.check(outputs, [got], {outputs[0]: want}, quantized=oracle.quantized_outputs(g, outputs))
+        ok, err, detail = oracle.check(outputs, [got], {outputs[0]: want}, quantized=oracle.quantizes(g, members))
         assert ok, detail
 
 
@@ -106,6 +106,17 @@ def test_an_off_by_one_everywhere_is_not_quantization_rounding():
     far = ref.copy()
     far[0, 0] += 2
     assert oracle.compare(far, ref, quantized=True)[0] is False
+
+
+def test_a_quantized_kernels_float_output_may_be_one_step_off_at_few_elements():
+    ref = np.linspace(-1, 1, 400, dtype=np.float32)
+    one = ref.copy()
+    one[7] += 1 / 127  # one int8 step of the output's scale, at one element
+    assert oracle.compare(one, ref, quantized=True)[0] is True and oracle.compare(one, ref)[0] is False
+    assert oracle.compare(ref + 1 / 127, ref, quantized=True)[0] is False  # everywhere: a wrong kernel
+    big = ref.copy()
+    big[7] += 0.1  # far more than a step
+    assert oracle.compare(big, ref, quantized=True)[0] is False
 
 
 @needs_int8

@@ -120,7 +120,7 @@ def test_torch_steps_agree_with_numpy_on_upsample_and_box():
     import torch
 
     from kernorch.ir import index as ix
-    from kernorch.providers.torch_exec import _view_step
+    from kernorch.providers.torch_views import view_step
 
     out = (1, 2, 6, 8)
     up = layout.IndexMap(out, (1, 2, 3, 4), (ix.var(0), ix.var(1), ix.floordiv(ix.var(2), 2, out),
@@ -134,5 +134,5 @@ def test_torch_steps_agree_with_numpy_on_upsample_and_box():
         x = np.random.default_rng(0).standard_normal(m.in_shape).astype(np.float32)
         t = torch.from_numpy(x)
         for st in plan.steps:
-            t = _view_step(st)(t)
+            t = view_step(st)(t)
         assert np.array_equal(t.numpy(), apply_numpy(plan, x)), plan.kind
