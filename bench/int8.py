@@ -51,7 +51,6 @@ def calibration_batches(feeds: dict[str, np.ndarray], n: int, seed: int = 1000) 
 def bench_one(name: str, args, db: str, folder: Path) -> dict:
     import onnx
 
-    import kernorch
     from bench.run import load_model
     from kernorch.frontend.quantize import quantize_int8
 
@@ -67,10 +66,8 @@ def bench_one(name: str, args, db: str, folder: Path) -> dict:
     if peers.openvino_available():
         runners["openvino bf16"] = peers.openvino_runner(path, feeds, args.threads, "bf16")
         runners["openvino qdq"] = peers.openvino_runner(qdq, feeds, args.threads, "bf16")
-    t0 = time.perf_counter()
-    model = kernorch.compile(str(path), precision="int8", calibration=calib, cost="measured", db=db,
-                             threads=args.threads, progress=False, regions=False)
-    wall = time.perf_counter() - t0
+    model, wall = peers.kernorch_compile(path, "optimal", None, db, args.threads, regions=False, precision="int8",
+                                         calibration=calib)
     runners["kn-own int8"] = peers.kernorch_runner("kn-own int8", model, feeds, wall)
     steps = sum("oneDNN int8" in getattr(getattr(k, "built", None), "detail", "") for k in model.kernels)
     ref = runners["onnxruntime"].outputs()

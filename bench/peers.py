@@ -211,12 +211,13 @@ def rewrite_rules(spec):
     return DEFAULT_RULES if spec is None else ALL_RULES if spec == "all" else tuple(spec)
 
 
-def kernorch_compile(path, strategy: str, rewrites, db, threads: int, regions: bool = True, precision: str = "f32"):
+def kernorch_compile(path, strategy: str, rewrites, db, threads: int, regions: bool = True, precision: str = "f32",
+                     **options):
     import kernorch
 
     t0 = time.perf_counter()
     m = kernorch.compile(str(path), strategy=strategy, cost="measured", db=str(db), rewrites=rewrite_rules(rewrites),
-                         threads=threads, progress=False, regions=regions, precision=precision)
+                         threads=threads, progress=False, regions=regions, precision=precision, **options)
     return m, time.perf_counter() - t0
 
 

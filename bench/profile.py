@@ -1,6 +1,6 @@
 """Where a compiled model's time goes, kernel by kernel, inside the real call.
 
-    python -m bench.profile resnet50 [--precision bf16] [--small] [--db PATH] [--threads 2] [--top 25]
+    python -m bench.profile resnet50 [--precision bf16|int8] [--small] [--db PATH] [--threads 2] [--top 25]
 
 Compiles the bench model (kn-own: measured plan, no provider regions) into ``--db`` (default: a
 fresh one), then prints ``Executable.profile_in_call``'s median time per call, the slowest kernels
@@ -32,8 +32,13 @@ def main(argv=None) -> None:
     m = load_model(args.model, args)
     db = args.db or str(Path(tempfile.mkdtemp(prefix="kn-profile-")) / "tuning.sqlite")
     print(peers.machine_header(args.threads), flush=True)
+    extra = {}
+    if args.precision == "int8":  # bench.int8's calibration batches: the same QDQ model, its tuning database
+        from bench.int8 import calibration_batches
+
+        extra["calibration"] = calibration_batches(m["feeds"], 8)
     model, wall = peers.kernorch_compile(m["path"], "optimal", None, db, args.threads, regions=False,
-                                         precision=args.precision)
+                                         precision=args.precision, **extra)
     ex = model.executable
     per, call = ex.profile_in_call(m["feeds"], repeat=10)
     print(f"{args.model} {args.precision}: {call * 1e3:.2f} ms per call, {len(ex.infos)} kernels, compile {wall:.0f} s")

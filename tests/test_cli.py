@@ -219,3 +219,27 @@ def test_compile_providers_and_regions_flags(tmp_path, capsys):
     assert main(["compile", str(EXAMPLE), "-o", str(out), "--providers", "tvm", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kernorch: error: unknown provider(s) tvm") and err.count("\n") == 1
+
+
+def test_compile_int8_with_calibration_files(tmp_path, capsys):
+    """--precision int8 --calibration FILE.npz (repeatable): the summary names the calibration and
+    the accuracy; a .npy given as a batch, or a missing file, is one line naming it."""
+    from kernorch.cli import main
+
+    rng = np.random.default_rng(0)
+    batches = []
+    for k in range(3):
+        batches.append(tmp_path / f"batch{k}.npz")
+        np.savez(batches[-1], input=rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+    out = tmp_path / "int8"
+    argv = ["compile", str(EXAMPLE), "-o", str(out), "--cost", "model", "--db", str(tmp_path / "db.sqlite"),
+            "--precision", "int8", "--no-compare"]
+    assert main(argv + [a for b in batches for a in ("--calibration", str(b))]) == 0
+    text = capsys.readouterr().out
+    assert "int8      calibrated on 3 batch(es) given by calibration= (minmax)" in text
+    assert "accuracy  int8 vs float32 reference, probs: max rel err" in text
+    np.save(tmp_path / "one.npy", np.zeros(3, np.float32))
+    for bad, why in ((tmp_path / "one.npy", "one .npy array"), (tmp_path / "none.npz", "no such file")):
+        assert main(argv[:3] + [str(tmp_path / "bad")] + argv[4:] + ["--calibration", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kernorch: error: --calibration {bad}: {why}") and err.count("\n") == 1

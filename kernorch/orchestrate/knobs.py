@@ -28,6 +28,11 @@ class Knobs:
     """Also enumerate multi-output candidates (Korch: single-output only)."""
     greedy_max_kernel_nodes: int = 64
     """Largest kernel the greedy baseline builds (TVM's max_fuse_depth plays this role)."""
+    seeds: tuple[frozenset[int], ...] = ()
+    """Kernels offered to the optimal strategy besides the enumerated ones (each used where it lies
+    inside one segment): a provider's natural kernel that enumeration's size bound or budget may
+    miss, such as a quantized convolution with its whole dequantize / epilogue / requantize chain
+    (providers/onednn_int8.py ``int8_kernels``)."""
     seed_baselines: bool = True
     """Add the per-operator and greedy kernels that fit in a segment to the optimal strategy's
     candidates, so its plan never costs more than those baselines (under the same cost)."""

@@ -110,7 +110,7 @@ def _optimal(dag: Dag, pricer: Pricer, knobs: Knobs, t0: float,
     baselines: list[list[frozenset[int]]] = []
     if knobs.seed_baselines:
         baselines = [_baseline_blocks(dag, s, pricer, knobs) for s in ("per-operator", "greedy")]
-    seeds = [b for blocks in baselines for b in blocks]
+    seeds = [b for blocks in baselines for b in blocks] + list(knobs.seeds)
     estats = EnumerationStats()
     t = time.perf_counter()
     work = []

@@ -234,3 +234,45 @@ def _constant(b, v: ValueId) -> np.ndarray | None:
 def _scalar(b, v: ValueId) -> float | None:
     c = _constant(b, v)
     return float(c.reshape(())) if c is not None and c.size == 1 and c.ndim == 0 else None
+
+
+def int8_kernels(g) -> tuple[frozenset[int], ...]:
+    """For each convolution / matmul of ``g`` on integer weights, the prims of the kernel one int8
+    call runs (the shape ``conv_step`` / ``linear_step`` take): from the uint8 activation (through
+    the view back of its layout pair) to the requantized uint8 result (and its NHWC view), as
+    orchestration seeds (Knobs.seeds): enumeration's size bound would otherwise rarely reach them."""
+    made, readers = g.producers(), g.consumers()
+    kernels = []
+    for p in g.prims:
+        if p.op not in (Op.CONV, Op.MATMUL) or p.inputs[1] not in g.constants:
+            continue
+        w = np.asarray(g.constants[p.inputs[1]])
+        if w.dtype != np.float32 or not np.array_equal(w, np.round(w)) or np.abs(w).max(initial=0) > 128:
+            continue
+        members = {p.output}
+        q, views = made.get(p.inputs[0]), 0
+        while q is not None and q.op in (Op.VIEW, Op.SUB, Op.CAST) and views < 2:
+            if g.types[q.output].dtype == "uint8" and (q.op is not Op.VIEW or views):
+                break  # the integers themselves (or the pair's NHWC side): read from memory
+            views += q.op is Op.VIEW and g.types[q.output].dtype == "uint8"
+            members.add(q.output)
+            q = made.get(q.inputs[0])
+        v = p.output
+        while True:
+            rs = readers.get(v, [])
+            if len(rs) != 1 or rs[0].op not in _EPILOGUE or v in g.outputs:
+                break
+            r = rs[0]
+            members.add(r.output)
+            members.update(o for o in r.inputs if o in made and made[o].op is Op.BROADCAST)
+            v = r.output
+            if r.op is Op.CAST:
+                nhwc = [x for x in readers.get(v, []) if x.op is Op.VIEW]
+                if len(nhwc) == 1 and len(readers.get(v, [])) == 1:
+                    members.add(nhwc[0].output)
+                break
+        kernels.append(frozenset(members))
+    return tuple(kernels)
+
+
+_EPILOGUE = (Op.MUL, Op.ADD, Op.RELU, Op.MAX, Op.MIN, Op.DIV, Op.ROUND, Op.CAST, Op.VIEW)

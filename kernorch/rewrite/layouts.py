@@ -56,6 +56,8 @@ def activation_cuts(g: Graph) -> set[ValueId]:
         if t.dtype in QUANTIZED and p.op is Op.CAST:  # a requantization: int8 kernels end here
             cuts.add(p.output)
             continue
+        if p.op is Op.CAST and g.types[p.inputs[0]].dtype in QUANTIZED:
+            continue  # a dequantization: the integers it reads are paired, it is computed where it is read
         rs = readers.get(p.output, [])
         if len(rs) > 1 or any(r.kind is Kind.REDUCE for r in rs):
             cuts.add(p.output)
@@ -70,6 +72,26 @@ def _quantized_source(g: Graph, made: dict[ValueId, Prim], v: ValueId) -> ValueI
     if p is not None and p.op is Op.CAST and g.types[p.inputs[0]].dtype in QUANTIZED:
         return p.inputs[0]
     return v
+
+
+def _epilogue_end(g: Graph, made: dict[ValueId, Prim], readers: dict[ValueId, list[Prim]],
+                  v: ValueId) -> ValueId | None:
+    """The last value of an int8 convolution's scaling, bias and ReLU (each the only reader of the
+    one before, with a constant operand), or None when a requantization (a division) follows."""
+    while True:
+        rs = readers.get(v, [])
+        if len(rs) != 1 or rs[0].op not in (Op.MUL, Op.ADD, Op.MAX, Op.RELU, Op.DIV) or g.types[rs[0].output] != g.types[v]:
+            return v
+        if rs[0].op is Op.DIV:
+            return None
+        if rs[0].op is Op.RELU:
+            v = rs[0].output
+            continue
+        other = rs[0].inputs[1] if rs[0].inputs[0] == v else rs[0].inputs[0]
+        q = made.get(other)
+        if other not in g.constants and (q is None or q.op is not Op.BROADCAST or q.inputs[0] not in g.constants):
+            return v
+        v = rs[0].output
 
 
 def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
@@ -92,8 +114,11 @@ def channels_last_pairs(g: Graph) -> tuple[Graph, int]:
     b = Builder(out)
     made = g.producers()
     sources = {p.output: _quantized_source(g, made, p.inputs[0]) for p in g.prims if is_layout_pair_target(g, p)}
-    # an int8 convolution's float output only feeds its epilogue: its requantization is paired instead
-    targets = {v for v, src in sources.items() if src == made[v].inputs[0]}
+    # an int8 convolution's float output only feeds its epilogue: the epilogue's end is paired (or,
+    # when it requantizes, the integers it writes: activation_cuts)
+    readers = g.consumers()
+    targets = {v if src == made[v].inputs[0] else _epilogue_end(g, made, readers, v) for v, src in sources.items()}
+    targets.discard(None)
     targets |= {src for v, src in sources.items() if src not in g.constants}
     if PAIR_ACTIVATION_CUTS:
         targets |= activation_cuts(g)

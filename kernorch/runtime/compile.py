@@ -40,14 +40,11 @@ from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
 from kernorch.runtime import accuracy, native
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
-from kernorch.runtime.sources import Sources, load_graph, load_int8_graph
+from kernorch.runtime.sources import Sources, int8_knobs, load_graph, load_int8_graph
 from kernorch.runtime.whole import original_regions, region_plan
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
-# int8 candidates' size bound: dequantize (view, cast, sub), the linear prim, scale, bias,
-# ReLU and requantize (div, round, add, max, min, cast) and a layout view are one int8 call
-INT8_KERNEL_NODES = 18
 # Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
 EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
@@ -167,8 +164,8 @@ def _knobs(opts: Options, target: targets.Target) -> Knobs:
     """The knobs a compile orchestrates with: the user's, as the target takes them, with the
     ``regions`` option and the tuning budget applied."""
     knobs = target.knobs(opts.knobs or Knobs())
-    if opts.precision == "int8" and opts.knobs is None:  # a quantized convolution with its epilogue is
-        knobs = dataclasses.replace(knobs, max_kernel_nodes=INT8_KERNEL_NODES)  # ~16 prims (onednn_int8.py)
+    if opts.precision == "int8" and opts.knobs is None:
+        knobs = int8_knobs(knobs)
     if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
@@ -210,6 +207,8 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
 
     dag = dag_from_graph(g)
     pos = {p.output: i for i, p in enumerate(g.prims)}
+    if opts.precision == "int8" and strategy == "optimal":
+        knobs = int8_knobs(knobs, g)
 
     def key_fn(c: Candidate) -> str:
         return g.kernel_key(c.nodes, ordered_outputs(pos, c))

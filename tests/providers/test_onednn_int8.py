@@ -145,3 +145,33 @@ def test_every_kernel_around_a_quantized_linear_prim_verifies(name):
                 assert ok, f"prims {lo}..{hi}: {kern.detail}: {detail}"
                 int8_steps += "oneDNN int8" in kern.detail
     assert int8_steps > len(linear)
+
+
+@needs_int8
+def test_int8_kernel_seeds_are_whole_int8_steps():
+    """``int8_kernels`` offers, per quantized convolution / matmul, the kernel from its uint8
+    activation to its requantized uint8 result: the torch provider runs each as one int8 call
+    that requantizes, and it matches the interpreter."""
+    from kernorch.orchestrate.candidate import multi_output
+    from kernorch.orchestrate.from_graph import dag_from_graph
+    from kernorch.providers.onednn_int8 import int8_kernels
+    from kernorch.rewrite.pipeline import apply_rewrites
+    from tests.frontend.qdq_nets import qdq_model
+
+    g, _ = import_onnx(qdq_model("convnet"))
+    g, _ = channels_last_pairs(apply_rewrites(integer_linear(g)[0])[0])
+    seeds = int8_kernels(g)
+    assert len(seeds) == 4  # three convolutions and the classifier
+    dag, prov = dag_from_graph(g), TorchProvider("onednn", threads=2)
+    requantized = 0
+    for seed in seeds:
+        cand = multi_output(dag, seed)
+        members = sorted(cand.nodes, key=dag.position.__getitem__)
+        outputs = sorted(cand.outputs, key=dag.position.__getitem__)
+        assert prov.can_run(g, members, outputs) is True
+        kern = prov.build(g, members, outputs)
+        assert "oneDNN int8" in kern.detail, kern.detail
+        requantized += "requantized to u8" in kern.detail
+        ok, _, detail = verify(kern, g, members, outputs)
+        assert ok, detail
+    assert requantized >= 3
