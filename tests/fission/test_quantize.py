@@ -57,9 +57,14 @@ def test_dequantize_per_axis(const_x):
     check("DequantizeLinear", inputs, consts=["s", "zp"] + (["x"] if const_x else []), opset=13, axis=0)
 
 
-def test_blocked_quantization_is_refused():
-    from kernorch.errors import KernorchError
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("DequantizeLinear", {"x": np.zeros((4, 4), np.int8), "s": np.ones((4, 2), np.float32)}, dict(axis=1, block_size=2)),
+    ("QuantizeLinear", {"x": np.zeros((3, 4), np.float32), "s": np.ones((), np.float32)}, dict(output_dtype=17)),
+])
+def test_variants_without_prims_run_whole(op, inputs, attrs):
+    """Blocked scales and float8 (output_dtype 17: float8e4m3fn) are kept whole, reported opaque."""
+    from onnx_oracle import node_model
+    from kernorch.frontend.onnx_import import import_onnx
 
-    with pytest.raises(KernorchError, match="block_size"):
-        check("DequantizeLinear", {"x": np.zeros((4, 4), np.int8), "s": np.ones((4, 2), np.float32)},
-              consts=["s"], opset=21, axis=1, block_size=2)
+    _, report = import_onnx(node_model(op, inputs, opset=21, consts=["s"], **attrs))
+    assert report.opaque == {op: 1}

@@ -5,7 +5,8 @@ quantizer) as elementwise prims, so the orchestration places and fuses them like
     DequantizeLinear y = (x - zero_point) * scale                           -> scale's dtype
 
 A per-tensor scale stays a scalar (an immediate in a kernel); a per-axis one is reshaped to
-broadcast along ``axis``. Constant weights fold to float constants in the rewrite pass.
+broadcast along ``axis``. Constant weights fold to float constants in the rewrite pass. Other
+variants (float8, int4 / int2, blocked scales) run whole, as opaque ops (reported as such).
 """
 
 from __future__ import annotations
@@ -20,13 +21,24 @@ from kernorch.ir.prims import Op
 QUANTIZED = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "uint16": (0, 65535)}
 
 
+class _KeepWhole(Exception):
+    """A variant without prims (float8, int4, blocked scales): the node runs whole (opaque)."""
+
+
+def _whole(ctx: NodeContext) -> list[int]:
+    """The node kept whole, run by the reference implementation like any op without a rule."""
+    out = ctx.out_types[0] if ctx.out_types else None
+    if out is None:
+        raise ctx.unsupported("this variant has no fission rule and ONNX infers no output type to run it whole")
+    return [ctx.b.opaque(ctx.op_type, [v for v in ctx.inputs if v is not None], out, ctx.node.SerializeToString(),
+                         ctx.opset)]
+
+
 def _quant_params(ctx: NodeContext, x_rank: int) -> tuple[tuple[int, ...], bool]:
     """The shape scale and zero point broadcast to (``()`` per tensor, else ``n`` along ``axis``),
     and whether there is a zero point (input 2)."""
-    if ctx.attr("block_size", 0):
-        raise ctx.unsupported("blocked quantization (block_size) is not supported")
-    if len(ctx.shape(1)) > 1:
-        raise ctx.unsupported(f"scale must be a scalar or 1-D, has shape {ctx.shape(1)}")
+    if ctx.attr("block_size", 0) or len(ctx.shape(1)) > 1:
+        raise _KeepWhole  # blocked quantization
     n = int(np.prod(ctx.shape(1)))
     if n == 1:
         return (), ctx.has_input(2)
@@ -47,13 +59,18 @@ def _operand(ctx: NodeContext, i: int, shape: tuple[int, ...], dtype: str) -> in
 
 @rule("QuantizeLinear")
 def quantize_linear(ctx: NodeContext):
+    try:
+        return _quantize(ctx)
+    except _KeepWhole:
+        return _whole(ctx)
+
+
+def _quantize(ctx: NodeContext):
     b, x = ctx.b, ctx.x(0)
     ftype = ctx.dtype(0)
     out = ctx.dtype(2) if ctx.has_input(2) else _output_dtype(ctx)
-    if out not in QUANTIZED:
-        raise ctx.unsupported(f"quantizing to {out} is not supported (int8, uint8, int16, uint16 are)")
-    if ftype not in ("float32", "float16", "bfloat16"):
-        raise ctx.unsupported(f"input dtype {ftype} is not a float type")
+    if out not in QUANTIZED or ftype not in ("float32", "float16", "bfloat16"):
+        raise _KeepWhole
     shape, has_zp = _quant_params(ctx, len(ctx.shape(0)))
     q = b.unary(Op.ROUND, b.binary(Op.DIV, x, _operand(ctx, 1, shape, ftype)))
     if has_zp:
@@ -73,9 +90,16 @@ def _output_dtype(ctx: NodeContext) -> str:
 
 @rule("DequantizeLinear")
 def dequantize_linear(ctx: NodeContext):
+    try:
+        return _dequantize(ctx)
+    except _KeepWhole:
+        return _whole(ctx)
+
+
+def _dequantize(ctx: NodeContext):
     b, x = ctx.b, ctx.x(0)
     if ctx.dtype(0) not in (*QUANTIZED, "int32"):
-        raise ctx.unsupported(f"dequantizing {ctx.dtype(0)} is not supported (int8, uint8, int16, uint16, int32 are)")
+        raise _KeepWhole
     ftype = ctx.dtype(1)
     shape, has_zp = _quant_params(ctx, len(ctx.shape(0)))
     y = b.cast(x, ftype)
