@@ -16,17 +16,13 @@ Run it alone, on a quiet machine.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from bench import peers
-from bench.precision import accuracy
+from bench.precision import run_models, timed_with_accuracy
 
 MODELS = ["resnet50", "mobilenetv3_large", "bert_base"]
 INT8 = ("onnxruntime int8", "openvino qdq", "kn-own int8")
@@ -70,34 +66,13 @@ def bench_one(name: str, args, db: str, folder: Path) -> dict:
                                          calibration=calib)
     runners["kn-own int8"] = peers.kernorch_runner("kn-own int8", model, feeds, wall)
     steps = sum("oneDNN int8" in getattr(getattr(k, "built", None), "detail", "") for k in model.kernels)
-    ref = runners["onnxruntime"].outputs()
-    acc = {k: accuracy(ref, runners[k].outputs()) for k in runners if k != "onnxruntime"}
-    samples = peers.interleaved(runners, args.repeats, 0.05, 0.5)
-    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    noise = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
-    return dict(model=name, ms={k: round(v, 3) for k, v in med.items()}, noise={k: round(v, 2) for k, v in noise.items()},
-                accuracy=acc, compile_s=round(wall, 1), quantize_s=round(quantize_s, 1),
-                kernels=len(model.executable.infos), int8_steps=steps)
+    return dict(model=name, **timed_with_accuracy(runners, args.repeats), compile_s=round(wall, 1),
+                quantize_s=round(quantize_s, 1), kernels=len(model.executable.infos), int8_steps=steps)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--small", action="store_true", help="the bench's small sizes (a smoke run)")
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--calibration", type=int, default=8, help="calibration batches (default 8)")
-    ap.add_argument("--db", default=None, help="tuning database (default: a fresh one)")
-    args = ap.parse_args(argv)
-    args.exporter, args.depth = "torchscript", None
-    folder = Path(tempfile.mkdtemp(prefix="kn-int8-"))
-    db = args.db or str(folder / "tuning.sqlite")
-    print(peers.machine_header(args.threads), flush=True)
-    t0, rows = time.perf_counter(), []
-    for name in [m for m in args.models.split(",") if m]:
-        rows.append(bench_one(name, args, db, folder))
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\n{args.threads} threads, medians of {args.repeats} interleaved samples, {time.perf_counter() - t0:.0f} s")
+    args, rows = run_models(__doc__.splitlines()[0], argv, MODELS, "kn-int8-", bench_one,
+                            calibration=(int, 8, "calibration batches (default 8)"))
     cols = ["onnxruntime", "openvino bf16", "onnxruntime int8", "openvino qdq", "kn-own int8"]
     print(f"{'model':18} " + " ".join(f"{c:>16}" for c in cols) + f" {'kn/fastest':>10} {'noise':>6}  accuracy vs f32")
     ratios = []

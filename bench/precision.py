@@ -39,7 +39,7 @@ def accuracy(ref: list[np.ndarray], got: list[np.ndarray]) -> dict:
     return dict(max_rel_err=max(errs), cosine=min(coss), top1=top1)
 
 
-def bench_one(name: str, args, db: str) -> dict:
+def bench_one(name: str, args, db: str, folder: Path) -> dict:
     from bench.run import load_model
 
     m = load_model(name, args)
@@ -55,32 +55,47 @@ def bench_one(name: str, args, db: str) -> dict:
         compiles[precision] = dict(compile_s=round(wall, 1), kernels=len(model.executable.infos),
                                    rounded_to_bf16=model.report.rewrites.get("bf16_storage", 0))
         runners[f"kn-own {precision}"] = peers.kernorch_runner(f"kn-own {precision}", model, feeds, wall)
+    return dict(model=name, **timed_with_accuracy(runners, args.repeats), compiles=compiles)
+
+
+def timed_with_accuracy(runners: dict, repeats: int) -> dict:
+    """Each runtime's accuracy against onnxruntime f32 (the "onnxruntime" runner), then median ms
+    and noise ((max - min) / median) of ``repeats`` interleaved samples."""
     ref = runners["onnxruntime"].outputs()
     acc = {k: accuracy(ref, runners[k].outputs()) for k in runners if k != "onnxruntime"}
-    samples = peers.interleaved(runners, args.repeats, 0.05, 0.5)
+    samples = peers.interleaved(runners, repeats, 0.05, 0.5)
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     noise = {k: (max(v) - min(v)) / statistics.median(v) for k, v in samples.items()}
-    return dict(model=name, ms={k: round(v, 3) for k, v in med.items()}, noise={k: round(v, 2) for k, v in noise.items()},
-                accuracy=acc, compiles=compiles)
+    return dict(ms={k: round(v, 3) for k, v in med.items()}, noise={k: round(v, 2) for k, v in noise.items()},
+                accuracy=acc)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(MODELS))
+def run_models(description: str, argv, models: list[str], prefix: str, bench_one, **extra_args) -> tuple:
+    """The precision benches' command line and loop: (args, rows), one JSON line printed per model.
+    ``extra_args``: more ``--name`` options (name -> (type, default, help))."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--models", default=",".join(models))
     ap.add_argument("--small", action="store_true", help="the bench's small sizes (a smoke run)")
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)
+    for name, (kind, default, text) in extra_args.items():
+        ap.add_argument(f"--{name}", type=kind, default=default, help=text)
     ap.add_argument("--db", default=None, help="tuning database (default: a fresh one)")
     args = ap.parse_args(argv)
     args.exporter, args.depth = "torchscript", None
-    folder = Path(tempfile.mkdtemp(prefix="kn-precision-"))
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
     db = args.db or str(folder / "tuning.sqlite")
     print(peers.machine_header(args.threads), flush=True)
     t0, rows = time.perf_counter(), []
     for name in [m for m in args.models.split(",") if m]:
-        rows.append(bench_one(name, args, db))
+        rows.append(bench_one(name, args, db, folder))
         print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.threads} threads, medians of {args.repeats} interleaved samples, {time.perf_counter() - t0:.0f} s")
+    return args, rows
+
+
+def main(argv=None) -> None:
+    args, rows = run_models(__doc__.splitlines()[0], argv, MODELS, "kn-precision-", bench_one)
     cols = ["onnxruntime", "openvino f32", "kn-own f32", "openvino bf16", "kn-own bf16"]
     print(f"{'model':18} " + " ".join(f"{c:>13}" for c in cols) + f" {'kn/OV bf16':>10} {'noise':>6}  accuracy (bf16 vs f32)")
     ratios = []

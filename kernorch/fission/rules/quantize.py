@@ -57,10 +57,10 @@ def _operand(ctx: NodeContext, i: int, shape: tuple[int, ...], dtype: str) -> in
     return param(ctx, i, shape, dtype)
 
 
-@rule("QuantizeLinear")
-def quantize_linear(ctx: NodeContext):
+@rule("QuantizeLinear", "DequantizeLinear")
+def quantize_dequantize(ctx: NodeContext):
     try:
-        return _quantize(ctx)
+        return (_quantize if ctx.op_type == "QuantizeLinear" else _dequantize)(ctx)
     except _KeepWhole:
         return _whole(ctx)
 
@@ -86,14 +86,6 @@ def _output_dtype(ctx: NodeContext) -> str:
 
     code = ctx.attr("output_dtype", 0)
     return onnx.helper.tensor_dtype_to_np_dtype(code).name if code else "uint8"
-
-
-@rule("DequantizeLinear")
-def dequantize_linear(ctx: NodeContext):
-    try:
-        return _dequantize(ctx)
-    except _KeepWhole:
-        return _whole(ctx)
 
 
 def _dequantize(ctx: NodeContext):
