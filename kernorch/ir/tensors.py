@@ -37,3 +37,11 @@ def to_numpy(t: Any) -> np.ndarray:
             return t.view(torch.int16).numpy().view(BFLOAT16)
         return t.numpy()
     return np.asarray(t)
+
+
+def holds_int8(w) -> bool:
+    """A float32 array (a quantized model's weight after rewrite/quantized.py) whose values are all
+    integers in int8's range [-128, 127]: what an int8 kernel can multiply as it is."""
+    w = np.asarray(w)
+    return (w.dtype == np.float32 and w.size > 0 and float(w.min()) >= -128 and float(w.max()) <= 127
+            and bool(np.array_equal(w, np.round(w))))

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.ir.tensors import holds_int8
 from kernorch.providers.activations import activation_after
 from kernorch.providers.onednn import identity_views
 
@@ -109,11 +110,7 @@ def _commit(b, src: tuple[ValueId, int, list[ValueId]], epi: _Epilogue) -> tuple
 
 def _integer_weight(w: torch.Tensor | None) -> torch.Tensor | None:
     """The constant weight as int8 when it holds integers in [-128, 127], else None."""
-    if w is None or w.dtype != torch.float32 or w.numel() == 0:
-        return None
-    if w.min() < -128 or w.max() > 127 or not torch.equal(w, torch.round(w)):
-        return None
-    return w.to(torch.int8)
+    return w.to(torch.int8) if w is not None and w.dtype == torch.float32 and holds_int8(w.numpy()) else None
 
 
 def _activation(b, x: ValueId) -> tuple[ValueId, int, list[ValueId]] | None:
@@ -246,8 +243,7 @@ def int8_kernels(g) -> tuple[frozenset[int], ...]:
     for p in g.prims:
         if p.op not in (Op.CONV, Op.MATMUL) or p.inputs[1] not in g.constants:
             continue
-        w = np.asarray(g.constants[p.inputs[1]])
-        if w.dtype != np.float32 or not np.array_equal(w, np.round(w)) or np.abs(w).max(initial=0) > 128:
+        if not holds_int8(g.constants[p.inputs[1]]):
             continue
         members = {p.output}
         q, views = made.get(p.inputs[0]), 0

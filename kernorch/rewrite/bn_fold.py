@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.ir.tensors import holds_int8
 from kernorch.rewrite.driver import Ctx, Replacement
 from kernorch.rewrite.patterns import is_float, per_axis_vector
 
@@ -53,7 +54,7 @@ def _weight(ctx: Ctx, v: ValueId) -> np.ndarray | None:
     """The constant weight to fold into; None for integers in int8's range, a quantized model's
     (rewrite/quantized.py): scaled, they would no longer run as an int8 kernel."""
     w = ctx.const_value(v, ctx.options.fold_max_elements)
-    if w is not None and w.size and np.abs(w).max() <= 128 and np.array_equal(w, np.round(w)):
+    if w is not None and holds_int8(w):
         return None
     return w
 
