@@ -45,6 +45,7 @@ from kernorch.runtime.whole import original_regions, region_plan
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
+ESTIMATED_ROUNDS = 8  # measuring rounds whose plans may hold unmeasured kernels (plan_kernels)
 # Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
 EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
@@ -290,9 +291,9 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     measured.progress = None
     guessed: list[Candidate] = []  # what a round priced by the estimate
 
-    def guess(c: Candidate) -> float | None:
-        guessed.append(c)
-        return rough(c)
+    def guess(c: Candidate) -> float | None:  # from round ESTIMATED_ROUNDS on, only measured kernels
+        guessed.append(c)  # are offered: joins of joins can otherwise chain for as many rounds as kernels
+        return rough(c) if round_ < ESTIMATED_ROUNDS else None
 
     measured.fallback = guess
     every: list[Candidate] = []  # the candidates of every segment, regions or not (collected on demand)
@@ -338,7 +339,7 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
                 measured.prefetch(more)
             measured.progress = None
         else:
-            raise KernorchError("the plan kept picking unmeasured kernels; compile with regions=False")
+            raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
     finally:
         measured.fallback = None
     return record_measurements(plan, measured, rep)
