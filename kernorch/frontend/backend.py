@@ -36,10 +36,15 @@ def shape_arg_inputs(model: onnx.ModelProto) -> set[str]:
 
 
 class KernorchRep(BackendRep):
+    """Runs the model through the reference interpreter. The feeds, the shape arguments bound as
+    constants and one prepared model per (shapes, bound values) are handled here for every way of
+    running it; a subclass changes only ``build`` (a model with its shape arguments bound, and the
+    input shapes -> something runnable) and ``execute`` (that, the feeds -> outputs in order)."""
+
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
         self.static = shape_arg_inputs(model)
-        self._graphs: dict[tuple, object] = {}
+        self._built: dict[tuple, object] = {}
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, dict):
@@ -51,24 +56,31 @@ class KernorchRep(BackendRep):
         shapes = {k: np.asarray(v).shape for k, v in feeds.items()}
         bound = {k: np.asarray(v) for k, v in feeds.items() if k in self.static}
         key = (tuple(sorted(shapes.items())), tuple((k, v.tobytes()) for k, v in sorted(bound.items())))
-        if key not in self._graphs:
+        if key not in self._built:
             model = self.model
             if bound:
                 model = onnx.ModelProto()
                 model.CopyFrom(self.model)
                 model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in bound.items())
-            self._graphs[key] = import_onnx(model, input_shapes=shapes)[0]
-        g = self._graphs[key]
+            self._built[key] = self.build(model, shapes)
+        return self.execute(self._built[key], {k: np.asarray(a) for k, a in feeds.items() if k not in bound})
+
+    def build(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]):
+        return import_onnx(model, input_shapes=shapes)[0]
+
+    def execute(self, g, feeds: dict[str, np.ndarray]) -> list:
         by_name = {g.name(v): v for v in g.inputs}
-        out = interp.run(g, {by_name[k]: np.asarray(a) for k, a in feeds.items() if k in by_name})
+        out = interp.run(g, {by_name[k]: a for k, a in feeds.items() if k in by_name})
         return [out[v] for v in g.outputs]
 
 
 class KernorchBackend(Backend):
+    rep = KernorchRep  # what ``prepare`` returns; a subclass of both runs the models another way
+
     @classmethod
     def prepare(cls, model, device="CPU", **kwargs):
         super().prepare(model, device, **kwargs)
-        return KernorchRep(model)
+        return cls.rep(model)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
