@@ -49,3 +49,40 @@ def dag_from_graph(g: Graph) -> Dag:
         ext[n] = sum(_read_bytes(g, p, v) for v in dict.fromkeys(p.inputs)
                      if v not in produced and g.types[v].shape != ())
     return Dag(tuple(nodes), preds, frozenset(g.outputs), kind, group, nbytes, flops, ext)
+
+
+NARROW = ("uint8", "int8")  # quantized values: where an int8 kernel starts or ends, never merged away
+
+
+def chained_prims(g: Graph) -> tuple[frozenset[int], ...]:
+    """Groups for ``Knobs.groups`` (contract.py): an elementwise prim joins its only reader's group
+    when that reader is elementwise and reads no other computed value (a chain: QuantizeLinear's
+    div, round, add, max, min, cast; DequantizeLinear's cast, sub, mul), and a broadcast of
+    constants joins its only reader's. A value of a narrow integer type ends its group: int8
+    kernels read and write those from memory."""
+    made = {p.output: p for p in g.prims}
+    readers: dict[int, list[Prim]] = {}
+    for p in g.prims:
+        for v in dict.fromkeys(p.inputs):
+            if v in made:
+                readers.setdefault(v, []).append(p)
+
+    def computed(p: Prim) -> set[int]:  # computed inputs, constant broadcasts aside
+        return {v for v in p.inputs if v in made and not _constant_broadcast(made[v], made)}
+
+    root: dict[int, int] = {}
+    for p in reversed(g.prims):
+        rs = readers.get(p.output, [])
+        r = rs[0] if len(rs) == 1 else None
+        joins = (r is not None and p.output not in g.outputs and r.kind is Kind.ELEMENTWISE
+                 and ((p.kind is Kind.ELEMENTWISE and g.types[p.output].dtype not in NARROW
+                       and computed(r) == {p.output}) or _constant_broadcast(p, made)))
+        root[p.output] = root[r.output] if joins else p.output
+    groups: dict[int, set[int]] = {}
+    for v, r in root.items():
+        groups.setdefault(r, set()).add(v)
+    return tuple(frozenset(s) for s in groups.values() if len(s) > 1)
+
+
+def _constant_broadcast(p: Prim, made: dict[int, Prim]) -> bool:
+    return p.op is Op.BROADCAST and not any(v in made for v in p.inputs)

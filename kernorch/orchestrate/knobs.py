@@ -33,6 +33,10 @@ class Knobs:
     inside one segment): a provider's natural kernel that enumeration's size bound or budget may
     miss, such as a quantized convolution with its whole dequantize / epilogue / requantize chain
     (providers/onednn_int8.py ``int8_kernels``)."""
+    groups: tuple[frozenset[int], ...] = ()
+    """Groups of prims planned as one node (contract.py): every member but one is read only inside
+    its group. A quantized model's QuantizeLinear / DequantizeLinear chains (from_graph.py
+    ``chained_prims``), which would otherwise multiply its candidates."""
     seed_baselines: bool = True
     """Add the per-operator and greedy kernels that fit in a segment to the optimal strategy's
     candidates, so its plan never costs more than those baselines (under the same cost)."""

@@ -18,6 +18,7 @@ from kernorch.orchestrate.baselines import (
     unfused_blocks,
 )
 from kernorch.orchestrate.candidate import Candidate, multi_output
+from kernorch.orchestrate.contract import contract
 from kernorch.orchestrate.dag import Dag
 from kernorch.orchestrate.enumerate import EnumerationStats, count_sets, enumerate_candidates
 from kernorch.orchestrate.joins import join_across_cuts
@@ -57,6 +58,11 @@ def orchestrate(
     if cost is None:
         raise ValueError("orchestrate needs a cost function, e.g. RooflineCost().bind(dag)")
     live = dag.without_dead()
+    if knobs.groups:
+        c = contract(live, knobs.groups)
+        plan = orchestrate(c.dag, strategy, c.lift(cost), c.lift(can_generate), c.lift(key_fn), c.knobs(knobs),
+                           c.lift(region_cost), plan_floor and (lambda nodes: plan_floor(c.expand_nodes(nodes))))
+        return c.expand_plan(plan)
     pricer = Pricer(cost, can_generate, key_fn, region_cost if knobs.regions else None)
     t0 = time.perf_counter()
     if strategy == "optimal":

@@ -165,8 +165,6 @@ def _knobs(opts: Options, target: targets.Target) -> Knobs:
     """The knobs a compile orchestrates with: the user's, as the target takes them, with the
     ``regions`` option and the tuning budget applied."""
     knobs = target.knobs(opts.knobs or Knobs())
-    if opts.precision == "int8" and opts.knobs is None:
-        knobs = int8_knobs(knobs)
     if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
