@@ -35,8 +35,11 @@ class Knobs:
     (providers/onednn_int8.py ``int8_kernels``)."""
     groups: tuple[frozenset[int], ...] = ()
     """Groups of prims planned as one node (contract.py): every member but one is read only inside
-    its group. A quantized model's QuantizeLinear / DequantizeLinear chains (from_graph.py
-    ``chained_prims``), which would otherwise multiply its candidates."""
+    its group."""
+    chains: bool = True
+    """Compiles plan each chain of elementwise prims (each read only by the next) as one group
+    (from_graph.py ``chained_prims``): cutting inside one never saves traffic, and a QDQ model's
+    QuantizeLinear / DequantizeLinear chains would otherwise multiply its candidates."""
     seed_baselines: bool = True
     """Add the per-operator and greedy kernels that fit in a segment to the optimal strategy's
     candidates, so its plan never costs more than those baselines (under the same cost)."""

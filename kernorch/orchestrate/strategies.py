@@ -27,7 +27,7 @@ from kernorch.orchestrate.partition import Segment, partition
 from kernorch.orchestrate.plan import Plan, build_plan
 from kernorch.orchestrate.pricing import CanGenerate, CostFn, KeyFn, Pricer
 from kernorch.orchestrate.regions import choose_regions
-from kernorch.orchestrate.solver import Problem, Solution, SolveReport, solve
+from kernorch.orchestrate.solver import Problem, Solution, SolverError, SolveReport, solve
 
 STRATEGIES = ("unfused", "per-operator", "greedy", "optimal")
 
@@ -60,8 +60,12 @@ def orchestrate(
     live = dag.without_dead()
     if knobs.groups:
         c = contract(live, knobs.groups)
-        plan = orchestrate(c.dag, strategy, c.lift(cost), c.lift(can_generate), c.lift(key_fn), c.knobs(knobs),
-                           c.lift(region_cost), plan_floor and (lambda nodes: plan_floor(c.expand_nodes(nodes))))
+        try:
+            plan = orchestrate(c.dag, strategy, c.lift(cost), c.lift(can_generate), c.lift(key_fn), c.knobs(knobs),
+                               c.lift(region_cost), plan_floor and (lambda nodes: plan_floor(c.expand_nodes(nodes))))
+        except (SolverError, OrchestrationError):  # no plan keeps every group whole (its kernels failed)
+            return orchestrate(live, strategy, cost, can_generate, key_fn, dataclasses.replace(knobs, groups=()),
+                               region_cost, plan_floor)
         return c.expand_plan(plan)
     pricer = Pricer(cost, can_generate, key_fn, region_cost if knobs.regions else None)
     t0 = time.perf_counter()

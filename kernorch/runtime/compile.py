@@ -16,7 +16,7 @@ from kernorch.frontend.inputs import random_inputs
 from kernorch.frontend.quantize import CALIBRATION_METHODS
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate, multi_output
-from kernorch.orchestrate.from_graph import dag_from_graph
+from kernorch.orchestrate.from_graph import chained_prims, dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.machine import cpu_model
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
@@ -208,6 +208,8 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     pos = {p.output: i for i, p in enumerate(g.prims)}
     if opts.precision == "int8" and strategy == "optimal":
         knobs = int8_knobs(knobs, g)
+    if strategy == "optimal" and knobs.chains:  # QDQ chains: ResNet-50 int8 14485 -> 5490 candidates
+        knobs = dataclasses.replace(knobs, groups=knobs.groups + chained_prims(g))
 
     def key_fn(c: Candidate) -> str:
         return g.kernel_key(c.nodes, ordered_outputs(pos, c))

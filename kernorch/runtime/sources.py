@@ -13,7 +13,6 @@ from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.frontend.quantize import calibration_feeds, quantize_int8
 from kernorch.ir.graph import Graph
 from kernorch.options import Options
-from kernorch.orchestrate.from_graph import chained_prims
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.providers.onednn_int8 import int8_kernels
 
@@ -71,7 +70,5 @@ def load_int8_graph(model: Any, example_inputs: Any, opts: Options) -> tuple[Gra
 
 
 def int8_knobs(knobs: Knobs, g: Graph) -> Knobs:
-    """An int8 compile's knobs: each whole int8 kernel offered as a seed (providers/onednn_int8.py),
-    and the quantize / dequantize chains planned as one node each (orchestrate/contract.py), which
-    keeps the candidates of a QDQ model near those of its float model (ResNet-50: 14485 -> 5490)."""
-    return dataclasses.replace(knobs, seeds=knobs.seeds + int8_kernels(g), groups=chained_prims(g))
+    """An int8 compile's knobs: each whole int8 kernel offered as a seed (providers/onednn_int8.py)."""
+    return dataclasses.replace(knobs, seeds=knobs.seeds + int8_kernels(g))

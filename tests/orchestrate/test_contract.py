@@ -66,3 +66,11 @@ def test_seeds_map_to_roots_and_a_seed_cutting_a_group_is_dropped():
     c = contract(dag, [frozenset({1, 2})])
     knobs = c.knobs(Knobs(seeds=(frozenset({0, 1, 2}), frozenset({1, 3})), groups=(frozenset({1, 2}),)))
     assert knobs.seeds == (frozenset({0, 2}),) and knobs.groups == ()
+
+
+def test_when_no_plan_keeps_the_groups_whole_the_plan_splits_them():
+    dag = make_dag({0: (), 1: (0,), 2: (1,), 3: (2,)}, outputs=[3])  # a chain: one group {0..3}
+    knobs = Knobs(**{**EXACT.__dict__, "groups": (frozenset(range(4)),)})
+    plan = orchestrate(dag, "optimal", lambda c: 1.0, lambda c: len(c.nodes) == 1, knobs=knobs)  # fused kernels fail
+    check_plan(dag, plan)
+    assert [sorted(k.nodes) for k in plan.kernels] == [[0], [1], [2], [3]]
