@@ -83,7 +83,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         original = None
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
             original = sources.onnx(model)  # a whole-graph region of its own (whole.py)
-        knobs = _knobs(opts, tgt)
+        knobs = _knobs(opts, tgt, g)
         in_context = opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0
         if in_context:
             with _progress_bar(opts.progress, "pricing the plan's kernels in context"):
@@ -161,10 +161,15 @@ def _check_options(opts: Options) -> None:
                             f"({cpu_model()}) has {isa.host().describe()}")
 
 
-def _knobs(opts: Options, target: targets.Target) -> Knobs:
+def _knobs(opts: Options, target: targets.Target, g: Graph | None = None) -> Knobs:
     """The knobs a compile orchestrates with: the user's, as the target takes them, with the
-    ``regions`` option and the tuning budget applied."""
+    ``regions`` option and the tuning budget applied; given the rewritten graph, its chains as
+    groups and (int8) its int8 kernels as seeds, so every planning of it sees the same candidates."""
     knobs = target.knobs(opts.knobs or Knobs())
+    if g is not None and opts.strategy == "optimal":
+        knobs = int8_knobs(knobs, g) if opts.precision == "int8" else knobs
+        if knobs.chains:  # QDQ chains: ResNet-50 int8 14485 -> 5490 candidates
+            knobs = dataclasses.replace(knobs, groups=knobs.groups + chained_prims(g))
     if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
     if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
@@ -206,10 +211,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
 
     dag = dag_from_graph(g)
     pos = {p.output: i for i, p in enumerate(g.prims)}
-    if opts.precision == "int8" and strategy == "optimal":
-        knobs = int8_knobs(knobs, g)
-    if strategy == "optimal" and knobs.chains:  # QDQ chains: ResNet-50 int8 14485 -> 5490 candidates
-        knobs = dataclasses.replace(knobs, groups=knobs.groups + chained_prims(g))
+    knobs = _knobs(opts, target, g)
 
     def key_fn(c: Candidate) -> str:
         return g.kernel_key(c.nodes, ordered_outputs(pos, c))

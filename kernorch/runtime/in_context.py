@@ -26,6 +26,7 @@ from collections.abc import Callable
 from kernorch.orchestrate.dag import Dag
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.plan import Plan
+from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.strategies import orchestrate
 from kernorch.runtime.benchmark import turn
 from kernorch.runtime.executable import Executable
@@ -55,7 +56,10 @@ def refine_in_context(dag: Dag, plan: Plan, built: Executable, measured, knobs: 
                 break
             done.add(_identity(plan))
             measured.price_in_context(dict(zip((measured.key(c) for c in plan.kernels), priced.costs)))
-            nxt = orchestrate(dag, plan.strategy, measured, measured.can_generate, None, knobs)
+            try:
+                nxt = orchestrate(dag, plan.strategy, measured, measured.can_generate, None, knobs)
+            except SolverError:  # no plan of measured kernels only: keep the plans found so far
+                break
             if _identity(nxt) in done or nxt.regions:
                 break
             plan, built = nxt, build(nxt)
