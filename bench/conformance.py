@@ -120,8 +120,12 @@ def suite(backend, module: str, names, excluded: list[tuple[str, str]]) -> dict[
 class CompiledRep(KernorchRep):
     """The model compiled by ``kernorch.compile(**GENERATED)`` and run by its executable."""
 
+    providers: set[str] = set()  # of every kernel compiled since cleared (``run`` reads it per test)
+
     def build(self, model, shapes):
-        return kernorch.compile(model, input_shapes=shapes, **GENERATED)
+        compiled = kernorch.compile(model, input_shapes=shapes, **GENERATED)
+        CompiledRep.providers.update(getattr(k, "provider", type(k).__name__) for k in compiled.executable.kernels)
+        return compiled
 
     def execute(self, compiled, feeds):
         out = compiled.run({k: a for k, a in feeds.items() if k in compiled.input_names})
@@ -157,6 +161,7 @@ class _Record(unittest.TestResult):
     def __init__(self) -> None:
         super().__init__()
         self.outcome: dict[str, str] = {}
+        self.providers: dict[str, frozenset[str]] = {}  # compiled backends: the kernels' providers per test
 
     @staticmethod
     def _name(test) -> str:
@@ -175,31 +180,37 @@ class _Record(unittest.TestResult):
     addFailure = addError
 
 
-def run(backend, names, excluded, progress: bool = False) -> dict[str, str]:
-    """{test name: outcome} of running ``names`` (less ``excluded``) on ``backend``."""
+def run(backend, names, excluded, progress: bool = False) -> _Record:
+    """The outcome of running each of ``names`` (less ``excluded``) on ``backend``."""
     cases = suite(backend, __name__, names, excluded)
     loader, record = unittest.TestLoader(), _Record()
     wanted = {f"{n}_cpu" for n in names}
     tests = [t for case in cases.values() for t in loader.loadTestsFromTestCase(case) if t._testMethodName in wanted]
     for k, t in enumerate(tests):
+        CompiledRep.providers.clear()
         t.run(record)
+        record.providers[record._name(t)] = frozenset(CompiledRep.providers)
         if progress and (k + 1) % 50 == 0:
             print(f"  {k + 1}/{len(tests)}", file=sys.stderr, flush=True)
-    return record.outcome
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.conformance", description=__doc__.split("\n\n")[0])
     ap.add_argument("--subset", action="store_true", help="only the pinned CI subset")
     ap.add_argument("-k", default="", help="only tests whose name contains this")
+    ap.add_argument("--strategy", default="optimal", help="compile strategy (optimal, greedy, per-operator, unfused)")
+    ap.add_argument("--threads", type=int, default=GENERATED["threads"], help="threads per generated kernel")
     args = ap.parse_args(argv)
+    GENERATED.update(strategy=args.strategy, threads=args.threads)
     selected = selected_tests()
     every = subset(selected, EXCLUDED + GENERATED_EXCLUDED) if args.subset else sorted(selected)
     names = [n for n in every if args.k in n]
     t0 = time.monotonic()
-    interp = run(KernorchBackend, names, EXCLUDED)
+    interp = run(KernorchBackend, names, EXCLUDED).outcome
     t1 = time.monotonic()
-    generated = run(CompiledBackend, names, EXCLUDED + GENERATED_EXCLUDED, progress=True)
+    record = run(CompiledBackend, names, EXCLUDED + GENERATED_EXCLUDED, progress=True)
+    generated = record.outcome
     t2 = time.monotonic()
     count = lambda out, what: sum(v == what for v in out.values())  # noqa: E731
     print(f"selected conformance tests   {len(names)}")
@@ -207,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({t1 - t0:.0f} s)")
     print(f"generated kernels pass       {count(generated, 'pass')} of {len(generated) - count(generated, 'skip')} run "
           f"({t2 - t1:.0f} s)")
+    kinds = collections.Counter("+".join(sorted(record.providers[n])) for n, why in generated.items() if why == "pass")
+    print("  by the kernels' providers  " + ", ".join(f"{k} {v}" for k, v in kinds.most_common()))
+    for n, why in sorted(generated.items()):
+        if why == "pass" and record.providers[n] != {"c"}:
+            print(f"    {n}: {'+'.join(sorted(record.providers[n]))}")
     failed = {n: why for n, why in generated.items() if why not in ("pass", "skip")}
     by_op = collections.defaultdict(list)
     for n in sorted(failed):
