@@ -60,12 +60,7 @@ def chained_prims(g: Graph) -> tuple[frozenset[int], ...]:
     div, round, add, max, min, cast; DequantizeLinear's cast, sub, mul), and a broadcast of
     constants joins its only reader's. A value of a narrow integer type ends its group: int8
     kernels read and write those from memory."""
-    made = {p.output: p for p in g.prims}
-    readers: dict[int, list[Prim]] = {}
-    for p in g.prims:
-        for v in dict.fromkeys(p.inputs):
-            if v in made:
-                readers.setdefault(v, []).append(p)
+    made, readers = g.producers(), g.consumers()
 
     def computed(p: Prim) -> set[int]:  # computed inputs, constant broadcasts aside
         return {v for v in p.inputs if v in made and not _constant_broadcast(made[v], made)}
