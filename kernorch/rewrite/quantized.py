@@ -27,6 +27,7 @@ import numpy as np
 from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.interp import eval_prim
 from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.ir.tensors import holds_int8
 
 
 def integer_linear(g: Graph) -> tuple[Graph, int]:
@@ -137,3 +138,48 @@ def _constant(g: Graph, made: dict[ValueId, Prim], v: ValueId) -> np.ndarray | N
     if q is not None and q.op is Op.BROADCAST and q.inputs[0] in g.constants:
         return np.asarray(g.constants[q.inputs[0]])
     return None
+
+
+def split_dequantized(g: Graph) -> tuple[Graph, int]:
+    """A copy of ``g`` in which every integer convolution / matmul (after ``integer_linear``) reads
+    a dequantization ``cast(xq) [- zx]`` of its own, and how many were given one.
+
+    A QDQ model dequantizes a tensor once for all its readers: a ResNet block's input feeds its
+    first convolution (or the downsampling one) and the residual add. Shared, that float32 value is
+    an output of any kernel computing it, so an int8 convolution kernel (which reads ``xq`` itself,
+    providers/onednn_int8.py) had to write it as well, and the plans kept such convolutions in
+    float32. A copy per convolution costs nothing (it is computed where it is read); cse would
+    merge the copies back, so this runs after the rewrites."""
+    made, readers = g.producers(), g.consumers()
+    out = Graph()
+    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
+    out.constants, out.names = dict(g.constants), dict(g.names)
+    b = Builder(out)
+    n = 0
+    for p in g.prims:
+        chain = _shared_dequantization(g, made, readers, p)
+        if chain:
+            b.origin = p.origin
+            v = chain[0].inputs[0]
+            for q in chain:
+                v = b.prim(q.op, (v, *q.inputs[1:]), q.attrs, g.types[q.output])
+            p = Prim(p.op, (v, *p.inputs[1:]), p.output, p.attrs, p.origin)
+            n += 1
+        out.prims.append(p)
+    return out, n
+
+
+def _shared_dequantization(g: Graph, made: dict[ValueId, Prim], readers: dict[ValueId, list[Prim]],
+                           p: Prim) -> list[Prim]:
+    """``[cast, sub]`` (or ``[cast]``) when ``p`` is an integer linear prim reading ``cast(xq) [- zx]``
+    of integers ``xq`` and another prim reads that chain too, else []."""
+    if p.op not in (Op.CONV, Op.MATMUL) or p.inputs[1] not in g.constants or not holds_int8(g.constants[p.inputs[1]]):
+        return []
+    chain, q = [], made.get(p.inputs[0])
+    if q is not None and q.op is Op.SUB and q.inputs[1] in g.constants and g.types[q.inputs[1]].shape == ():
+        chain, q = [q], made.get(q.inputs[0])
+    if q is None or q.op is not Op.CAST or g.types[q.inputs[0]].dtype not in ("uint8", "int8"):
+        return []
+    chain.insert(0, q)
+    shared = any(len(readers.get(c.output, [])) > 1 or c.output in g.outputs for c in chain)
+    return chain if shared else []

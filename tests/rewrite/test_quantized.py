@@ -9,7 +9,9 @@ from kernorch.frontend.onnx_import import import_onnx
 from kernorch.ir import interp, oracle
 from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.prims import ConvAttrs, Op
-from kernorch.rewrite.quantized import integer_linear
+from kernorch.rewrite.pipeline import apply_rewrites
+from kernorch.rewrite.quantized import integer_linear, split_dequantized
+from kernorch.ir.tensors import holds_int8
 from tests.frontend.qdq_nets import NETS, qdq_model
 
 
@@ -50,3 +52,25 @@ def test_a_scale_varying_along_input_channels_is_left_alone():
     feeds = oracle.random_feeds(g, seed=0)
     np.testing.assert_allclose(interp.run(out, feeds)[g.outputs[0]], interp.run(g, feeds)[g.outputs[0]], rtol=1e-5,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("name,shared", [("convnet", 1), ("block", 2)])
+def test_each_integer_linear_prim_gets_a_dequantization_of_its_own(name, shared):
+    """The residual's dequantized input is shared with a convolution / matmul in the QDQ model (and
+    after cse); split, each integer linear prim reads a cast [- zero point] nothing else reads, and
+    the graph computes exactly what it computed."""
+    g, _ = apply_rewrites(integer_linear(import_onnx(qdq_model(name))[0])[0])
+    out, n = split_dequantized(g)
+    assert n == shared
+    made, readers = out.producers(), out.consumers()
+    for p in out.prims:
+        if p.op in (Op.CONV, Op.MATMUL) and p.inputs[1] in out.constants and holds_int8(out.constants[p.inputs[1]]):
+            q = made[p.inputs[0]]
+            chain = [q] + ([made[q.inputs[0]]] if q.op is Op.SUB else [])
+            assert chain[-1].op is Op.CAST and out.types[chain[-1].inputs[0]].dtype == "uint8"
+            assert all(len(readers[c.output]) == 1 for c in chain)
+    assert split_dequantized(out)[1] == 0
+    feeds = oracle.random_feeds(g, seed=0)
+    want, got = interp.run(g, feeds), interp.run(out, feeds)
+    for v in g.outputs:
+        np.testing.assert_array_equal(got[v], want[v])
