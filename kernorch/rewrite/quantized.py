@@ -22,12 +22,15 @@ boundary of the next QuantizeLinear: one quantization step, as integer engines d
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from kernorch.ir.graph import Builder, Graph
+from kernorch.ir.graph import Builder, Graph, TensorType
 from kernorch.ir.interp import eval_prim
-from kernorch.ir.prims import Op, Prim, ValueId
+from kernorch.ir.prims import Op, Prim, ValueId, ViewAttrs
 from kernorch.ir.tensors import holds_int8
+from kernorch.rewrite.dce import remove_dead
 
 
 def integer_linear(g: Graph) -> tuple[Graph, int]:
@@ -183,3 +186,70 @@ def _shared_dequantization(g: Graph, made: dict[ValueId, Prim], readers: dict[Va
     chain.insert(0, q)
     shared = any(len(readers.get(c.output, [])) > 1 or c.output in g.outputs for c in chain)
     return chain if shared else []
+
+
+def integer_max_pools(g: Graph) -> tuple[Graph, int]:
+    """A copy of ``g`` in which a max pooling (a window view and a max over it) of a dequantized
+    tensor ``(cast(xq) [- zx]) * s`` with ``s > 0`` pools the integers ``xq`` and dequantizes the
+    result, and how many were moved.
+
+    Exact: dequantization is non-decreasing, so it commutes with max, and the window's padding
+    (the integers' lowest value instead of -inf) never wins a window that holds a real element.
+    The pooling then moves a quarter of the bytes, and an int8 plan keeps its integers (ResNet's
+    stem: a float32 pooling between two int8 convolutions)."""
+    made, readers = g.producers(), g.consumers()
+    out = Graph()
+    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
+    out.constants, out.names = dict(g.constants), dict(g.names)
+    b = Builder(out)
+    n = 0
+    for p in g.prims:
+        chain = _pooled_dequantization(g, made, readers, p)
+        if chain is None:
+            out.prims.append(p)
+            continue
+        window, cast, rest = chain
+        xq, dt = cast.inputs[0], g.types[cast.inputs[0]].dtype
+        b.origin = p.origin
+        m = dataclasses.replace(window.attrs.map, pad=float(np.iinfo(dt).min))
+        w = b.prim(Op.VIEW, (xq,), ViewAttrs(m), TensorType(g.types[window.output].shape, dt))
+        v = b.prim(Op.RMAX, (w,), p.attrs, TensorType(g.types[p.output].shape, dt))
+        v = b.prim(Op.CAST, (v,), cast.attrs, g.types[p.output])
+        for q in rest[:-1]:
+            v = b.prim(q.op, (v, q.inputs[1]), q.attrs, g.types[p.output])
+        out.prims.append(Prim(rest[-1].op, (v, rest[-1].inputs[1]), p.output, rest[-1].attrs, p.origin))
+        n += 1
+    return (remove_dead(out)[0] if n else out), n
+
+
+def _pooled_dequantization(g: Graph, made: dict[ValueId, Prim], readers: dict[ValueId, list[Prim]], p: Prim):
+    """(the window view, the cast, [sub,] mul) when ``p`` is a max over a window view, read by
+    ``p`` only, of ``(cast(xq) [- zx]) * s`` with integers ``xq``, scalar constants and ``s > 0``."""
+    window = made.get(p.inputs[0]) if p.op is Op.RMAX else None
+    if window is None or window.op is not Op.VIEW or len(readers.get(window.output, [])) != 1:
+        return None
+    if (window.attrs.map.mask and window.attrs.map.pad != -np.inf) or window.output in g.outputs:
+        return None  # a padding that could win a window
+    rest, q = [], made.get(window.inputs[0])
+    for op in (Op.MUL, Op.SUB):
+        if q is not None and q.op is op and _scalar_constant(g, q.inputs[1]) is not None:
+            rest.insert(0, q)
+            q = made.get(q.inputs[0])
+    if not rest or rest[-1].op is not Op.MUL or not _scalar_constant(g, rest[-1].inputs[1]) > 0:
+        return None
+    if q is None or q.op is not Op.CAST or g.types[q.inputs[0]].dtype not in ("uint8", "int8"):
+        return None
+    return window, q, rest
+
+
+def _scalar_constant(g: Graph, v: ValueId) -> float | None:
+    c = g.constants.get(v)
+    return float(np.asarray(c).reshape(())) if c is not None and np.asarray(c).shape == () else None
+
+
+def after_cleanups(g: Graph) -> tuple[Graph, dict[str, int]]:
+    """The int8 rewrites that run on the cleaned graph (cse would merge ``split_dequantized``'s
+    copies back), with how many places each changed."""
+    g, split = split_dequantized(g)
+    g, pools = integer_max_pools(g)
+    return g, {"split_dequantized": split, "integer_max_pools": pools}

@@ -30,7 +30,7 @@ from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
 from kernorch.rewrite.precision import bf16_storage
-from kernorch.rewrite.quantized import integer_linear, split_dequantized
+from kernorch.rewrite.quantized import after_cleanups, integer_linear
 from kernorch.providers import BuiltKernel, Provider
 from kernorch.providers.bf16_choice import bf16_faster
 from kernorch import targets
@@ -197,8 +197,9 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     t1 = time.perf_counter()
     g, integer = integer_linear(g)  # a quantized model's convolutions / matmuls on its integers
     g, rep.rewrites = apply_rewrites(g, DEFAULT_RULES if opts.rewrites is None else opts.rewrites)
-    if integer:  # each int8 convolution / matmul gets a dequantization of its own (after cse)
-        rep.rewrites["integer_linear"], (g, rep.rewrites["split_dequantized"]) = integer, split_dequantized(g)
+    if integer:  # each int8 convolution / matmul gets a dequantization of its own, pooling on integers
+        g, done = after_cleanups(g)
+        rep.rewrites.update(integer_linear=integer, **done)
     if opts.precision != "int8":
         sources = Sources(g)  # the float32 graph, before any precision rewrite
     if opts.precision == "bf16":

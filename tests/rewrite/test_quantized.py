@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp, oracle
+from kernorch.ir import interp, layout, oracle
 from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.prims import ConvAttrs, Op
 from kernorch.rewrite.pipeline import apply_rewrites
-from kernorch.rewrite.quantized import integer_linear, split_dequantized
+from kernorch.rewrite.quantized import integer_linear, integer_max_pools, split_dequantized
 from kernorch.ir.tensors import holds_int8
 from tests.frontend.qdq_nets import NETS, qdq_model
 
@@ -74,3 +74,38 @@ def test_each_integer_linear_prim_gets_a_dequantization_of_its_own(name, shared)
     want, got = interp.run(g, feeds), interp.run(out, feeds)
     for v in g.outputs:
         np.testing.assert_array_equal(got[v], want[v])
+
+
+def test_max_pooling_of_a_dequantized_tensor_pools_the_integers():
+    """ConvNet's max pooling reads a dequantized int8 convolution: it pools the uint8 values (the
+    padding their lowest value) and the graph computes exactly what it computed."""
+    g, _ = apply_rewrites(integer_linear(import_onnx(qdq_model("convnet"))[0])[0])
+    out, n = integer_max_pools(g)
+    assert n == 1
+    pools = [p for p in out.prims if p.op is Op.RMAX]
+    assert [out.types[p.output].dtype for p in pools] == ["uint8"]
+    assert integer_max_pools(out)[1] == 0
+    for seed in range(3):
+        feeds = oracle.random_feeds(g, seed=seed)
+        want, got = interp.run(g, feeds), interp.run(out, feeds)
+        for v in g.outputs:
+            np.testing.assert_array_equal(got[v], want[v])
+
+
+def test_padding_never_wins_a_window():
+    """A padded 3x3 pooling over a dequantized tensor whose values are all at the integers' lowest
+    (every real element equals the padding's dequantized value) and one with a negative zero point."""
+    for zx, fill in ((0, 0), (17, 3)):
+        g = Graph()
+        b = Builder(g)
+        xq = b.input((1, 2, 5, 5), "uint8")
+        d = b.binary(Op.SUB, b.cast(xq, "float32"), b.scalar(float(zx)))
+        d = b.binary(Op.MUL, d, b.scalar(0.5))
+        m = layout.window((1, 2, 5, 5), (3, 3), (2, 2), (1, 1), (1, 1), (3, 3), -np.inf)
+        g.outputs = [b.reduce(Op.RMAX, b.view(d, m), (4, 5), keepdims=False)]
+        out, n = integer_max_pools(g)
+        assert n == 1
+        feeds = {g.inputs[0]: np.full((1, 2, 5, 5), fill, np.uint8)}
+        feeds2 = oracle.random_feeds(g, seed=1)
+        for f in (feeds, feeds2):
+            np.testing.assert_array_equal(interp.run(out, f)[g.outputs[0]], interp.run(g, f)[g.outputs[0]])

@@ -29,6 +29,7 @@ def test_int8_compile_matches_onnxruntime_reports_accuracy_and_saves(tmp_path):
     got = np.asarray(m(f["x"]))
     (want,) = sess.run(None, f)
     np.testing.assert_array_equal(got, want)
+    assert m.report.rewrites["split_dequantized"] == 1 and m.report.rewrites["integer_max_pools"] == 1
     assert m.report.precision == "int8" and "4 batch(es) given by calibration= (minmax)" in m.report.calibration
     [acc] = m.report.accuracy
     assert 0.99 < acc["cosine"] <= 1.0 + 1e-6 and 0 < acc["max_rel_err"] < 0.2  # int8 is not float32, but close
