@@ -34,6 +34,7 @@ from kernorch.ir.tensors import to_torch
 
 # c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
 # c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
+# c21: kernels on 1-byte integers use 512-bit vectors where the ISA has them (KN_BYTES, codegen/c.py);
 # c20: a value compared with its own max/min (ArgMax, Hardmax, x == maxpool(x)) is stored once per kernel;
 # a kernel holding only the reduction or the comparison reads it from memory (codegen/extremes.py);
 # c19: GEMM tiles and dot products move vectors of the compiled ISA's width with typed unaligned loads and
@@ -55,7 +56,7 @@ from kernorch.ir.tensors import to_torch
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c20"
+CODEGEN_VERSION = "c21"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.

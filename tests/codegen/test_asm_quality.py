@@ -133,3 +133,40 @@ def test_the_checks_catch_a_split_memcpy_load():
     loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "z")
     with pytest.raises(AssertionError, match="spills|halves|main loop"):
         _check("rocketlake", "z", loops, 12, "kn_gemm_tile")
+
+
+def _requantized_add(dtype: str):
+    """A residual add of two dequantized ``dtype`` tensors, requantized: an int8 plan's kernel (or, on
+    float32 data, the same arithmetic without the bytes)."""
+    from kernorch.ir.graph import Builder, Graph
+    from kernorch.ir.prims import Op
+
+    g = Graph()
+    b = Builder(g)
+    xs = [b.input((1, 8, 8, 256), dtype) for _ in range(2)]  # NHWC, as int8 plans keep it
+    d = [b.binary(Op.MUL, b.binary(Op.SUB, b.cast(x, "float32"), b.scalar(3.0)), b.scalar(0.05)) for x in xs]
+    y = b.unary(Op.ROUND, b.binary(Op.DIV, b.binary(Op.ADD, *d), b.scalar(0.07)))
+    y = b.binary(Op.MIN, b.binary(Op.MAX, y, b.scalar(0.0)), b.scalar(255.0))
+    g.outputs = [b.cast(y, dtype)]
+    return g
+
+
+@pytest.mark.parametrize("target", ["rocketlake", "sapphirerapids", "skylake-avx512"])
+def test_byte_kernels_convert_in_512_bit_vectors(target):
+    """A kernel reading and writing uint8 widens bytes to floats in zmm registers even where the
+    tuning prefers 256-bit vectors (KN_BYTES); a float32 kernel keeps the tuning's choice."""
+    from kernorch.codegen.c import HEADER, emit_kernel
+    from kernorch.codegen.lower import lower
+
+    sources = {}
+    for dtype in ("uint8", "float32"):
+        g = _requantized_add(dtype)
+        sources[dtype] = emit_kernel(lower(g, {p.output for p in g.prims}, g.outputs, name=f"k_{dtype}",
+                                           num_threads=2))
+    assert "KN_BYTES void k_uint8" in sources["uint8"] and "KN_BYTES" not in sources["float32"]
+    header = HEADER % {"mvec": ""} if "%(mvec)s" in HEADER else HEADER
+    asm = subprocess.run(["gcc", *_flags(target), "-S", "-x", "c", "-", "-o", "-"], input=header + sources["uint8"],
+                         capture_output=True, text=True, check=True).stdout
+    loops = [lp for name, body in functions(asm).items() if name.startswith("k_uint8")
+             for lp in inner_loops(name, body)]
+    assert any(lp.count("vcvtdq2ps", "z") for lp in loops), f"{target}: no zmm conversion in the uint8 kernel's loops"
