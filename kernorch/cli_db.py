@@ -113,7 +113,7 @@ def cmd_db_stats(args) -> int:
         providers = collections.Counter(r.record.provider for r in rows if r.record.ok)
         print("priced by " + ", ".join(f"{p} {n}" for p, n in providers.most_common()))
         evidence = sum(1 for r in rows if r.record.ok and r.record.samples is not None)
-        flagged = sum(1 for r in rows if r.record.flags)
+        flagged = sum(1 for r in rows if r.record.doubtful)
         print(f"evidence  {evidence} prices with samples recorded, {flagged} flagged, "
               f"{len(suspicious(db))} suspicious (kernorch db check)")
     return 0

@@ -9,7 +9,7 @@ from typing import Callable, Iterable
 
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.tuning_db import Record, TuningDB
+from kernorch.orchestrate.tuning_db import RETIMED, Record, TuningDB
 
 
 class PricedCandidates:
@@ -72,6 +72,12 @@ class PricedCandidates:
         if price is None or not self._in_context:
             return price
         return price * self._scales.get(self._provider(k), self._scale)
+
+    def settled(self, cand: Candidate) -> bool:
+        """Whether the price in use was re-timed beside a declined alternative (recheck.py), by
+        this compile or an earlier one on the same database."""
+        best = self.best.get(self.key(cand))
+        return best is not None and RETIMED in best.flag_set
 
     def has(self, cand: Candidate) -> bool:
         """Whether ``cand`` has been measured (or found in the database)."""

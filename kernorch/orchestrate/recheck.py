@@ -15,7 +15,8 @@ plan is solved again: their union (a fusion), and the memory-bound prims at thei
 across it (b's elementwise prologue into a's epilogue, or a's elementwise epilogue into b's
 prologue: ResNet-50's relu after a 1x1 convolution ran as the prologue of the next 3x3 one), each
 where the alternative is convex, priced, and priced above a and b. A key is re-timed at most once
-per compile.
+per compile, and an alternative re-timed with its kernels by an earlier compile on the same database
+is not re-timed again (the prices carry the flag ``retimed``): a warm compile skips this step.
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ def recheck(dag: Dag, plan: Plan, measured, done: set[str]) -> bool:
     if retime is None:
         return False
     todo: dict[str, Candidate] = {}
+    settled = getattr(measured, "settled", lambda c: False)
     for cands in declined(dag, plan, measured.hot):
+        if all(settled(c) for c in cands):  # re-timed together before (a warm database): settled
+            continue
         for c in cands:
             if len(todo) < RECHECK_MAX and measured.key(c) not in done:
                 todo.setdefault(measured.key(c), c)

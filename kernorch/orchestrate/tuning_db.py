@@ -39,6 +39,7 @@ EVIDENCE = {"samples": "INTEGER", "disturbed": "INTEGER", "min_s": "REAL", "spre
 # Flags a price may carry (comma-separated in ``flags``).
 UNSETTLED = "unsettled"  # never collected enough undisturbed samples
 FAR_ABOVE_ROOFLINE = "far_above_roofline"  # still far above its roofline estimate after a re-measure
+RETIMED = "retimed"  # timed again in turn with the alternatives a plan declined (recheck.py): settled
 
 
 class TuningDBError(KernorchError):
@@ -74,6 +75,11 @@ class Record:
     @property
     def flag_set(self) -> frozenset[str]:
         return frozenset(f for f in self.flags.split(",") if f)
+
+    @property
+    def doubtful(self) -> bool:
+        """Flagged as a price not to trust (``retimed`` is the opposite: a settled price)."""
+        return bool(self.flag_set & {UNSETTLED, FAR_ABOVE_ROOFLINE})
 
 
 COLUMNS = [f.name for f in fields(Record)]

@@ -73,7 +73,7 @@ def record_measurements(plan: Plan, measured, rep: CompileReport) -> Plan:
     best = measured.best
     regions = set(plan.regions)
     keys = [measured.region_key(c) if k in regions else measured.key(c) for k, c in enumerate(plan.kernels)]
-    flagged = sum(best[key].seconds for key in keys if key in best and best[key].flags)
+    flagged = sum(best[key].seconds for key in keys if key in best and best[key].doubtful)
     total = sum(best[key].seconds for key in keys if key in best)
     rep.doubtful_share = flagged / total if total else 0.0
     return plan

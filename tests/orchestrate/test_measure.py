@@ -642,3 +642,25 @@ def test_retime_times_the_candidates_in_turn_and_keeps_each_ones_cheapest_attemp
     assert stored == [1e-4, 3e-4, 2e-4]  # the cheapest attempt, the first one included
     assert [m(c) for c in cands] == [s + 25e-6 for s in stored]
     assert m.stats.remeasured == 3
+
+
+def test_retimed_prices_are_settled_for_a_later_compile_on_the_same_database(tmp_path, monkeypatch):
+    """retime stores its prices flagged ``retimed``; a new measurer on the same database reads them
+    as settled (recheck.py skips them), not as doubtful, and a plain measurement clears the flag."""
+    g, n, e = _chain()
+    cands = _cands(g, [n], [e], [n, e])
+    m, _ = _measurer(tmp_path, monkeypatch, g)
+    m.prefetch(cands)
+    assert not any(m.settled(c) for c in cands)
+    m.retime(cands, rounds=1)
+    later, _ = _measurer(tmp_path, monkeypatch, g)
+    later.prefetch(cands)
+    assert all(later.settled(c) for c in cands)
+    rec = later.db.get(later.key(cands[2]), later.target, measure.CODEGEN_VERSION)["codegen:c"]
+    assert "retimed" in rec.flag_set and not rec.doubtful
+    retune, _ = _measurer(tmp_path, monkeypatch, g)
+    retune.db.distrust([retune.key(cands[2])])  # kernorch db retune: measured again, plainly
+    retune.prefetch(cands)
+    again, _ = _measurer(tmp_path, monkeypatch, g)
+    again.prefetch(cands)
+    assert [again.settled(c) for c in cands] == [True, True, False]

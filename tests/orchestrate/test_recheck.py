@@ -126,3 +126,19 @@ def test_a_measurer_without_retime_rechecks_nothing():
     measured.prefetch(list(split.kernels) + [single_output(chain, [0, 1])])
     measured.retime = None
     assert not recheck(chain, split, measured, set())
+
+
+def test_alternatives_retimed_by_an_earlier_compile_are_not_retimed_again():
+    """A warm database: every price of the declined fusion and its parts is settled (re-timed in
+    turn by an earlier compile), so recheck times nothing; one unsettled price among them and the
+    whole group is timed again, in turn."""
+    chain = make_dag({0: (), 1: (0,)})
+    split = build_plan(chain, [single_output(chain, [0]), single_output(chain, [1])], [1.0, 1.0], "optimal")
+    fused = single_output(chain, [0, 1])
+    for settled_keys, timed in ((None, 0), ({identity_key(split.kernels[0])}, 1)):
+        measured = SlowBatchPrices()
+        measured.prefetch(list(split.kernels) + [fused])
+        every = {identity_key(c) for c in list(split.kernels) + [fused]}
+        measured.settled = lambda c, s=settled_keys or every: identity_key(c) in s
+        assert recheck(chain, split, measured, set()) == bool(timed)
+        assert len(measured.retimed) == timed and all(len(r) == 3 for r in measured.retimed)
