@@ -9,7 +9,6 @@ subprocess), timing is serial with a fixed thread count.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, Sequence
@@ -26,7 +25,7 @@ from kernorch.orchestrate import trust
 from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.priced import PricedCandidates
-from kernorch.orchestrate.tuning_db import RETIMED, UNSETTLED, Record, TuningDB
+from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
 from kernorch.options import DEFAULT_PROVIDERS, Env
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
@@ -337,8 +336,7 @@ class MeasuredCost(PricedCandidates):
         """Time ``cands`` again, all of them in turn for ``rounds`` rounds (a slow phase of the
         machine then hits them alike), and keep per provider the cheapest attempt, the stored one
         included (trust.merge): prices that decide between fusing and splitting (recheck.py) do
-        not rest on one batch's luck. The prices are stored flagged ``retimed``: a later compile
-        on this database need not time them again (``settled``)."""
+        not rest on one batch's luck; stored flagged ``retimed`` (a later compile: ``settled``)."""
         items = list({self.key(c): c for c in cands}.items())
         best = self.db.get_many([k for k, _ in items], self.target, CODEGEN_VERSION)
         for _ in range(rounds):
@@ -346,8 +344,7 @@ class MeasuredCost(PricedCandidates):
                 best[k] = trust.merge(best.get(k, {}), recs)
         self.stats.remeasured += len(items)
         for k, recs in best.items():
-            self._store(k, {p: dataclasses.replace(r, flags=",".join(sorted(r.flag_set | {RETIMED})))
-                            for p, r in recs.items()})
+            self._store(k, {p: trust.retimed(r) for p, r in recs.items()})
 
     def _build_batch(self, batch: list[tuple[str, Candidate]]):
         items = [(self.g, set(c.nodes), ordered_outputs(self._pos, c)) for _, c in batch]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, UNSETTLED, Record
+from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, RETIMED, UNSETTLED, Record
 
 # A price this many times its roofline estimate is re-measured before it is trusted, and flagged
 # when it stays there. Generated kernels run 1-5x their roofline here; preempted ones 10-100x.
@@ -70,3 +70,8 @@ def final(rec: Record) -> Record:
     if ratio is None or ratio <= FAR_ABOVE_ROOFLINE_X or FAR_ABOVE_ROOFLINE in rec.flag_set:
         return rec
     return dataclasses.replace(rec, flags=",".join(sorted(rec.flag_set | {FAR_ABOVE_ROOFLINE})))
+
+
+def retimed(rec: Record) -> Record:
+    """The record flagged as re-timed in turn beside a declined alternative (recheck.py)."""
+    return dataclasses.replace(rec, flags=",".join(sorted(rec.flag_set | {RETIMED})))
