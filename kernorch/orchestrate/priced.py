@@ -24,6 +24,7 @@ class PricedCandidates:
         self._pos = {p.output: i for i, p in enumerate(self.g.prims)}
         self._memo: dict[str, float | None] = {}
         self.best: dict[str, Record] = {}
+        self._keys: dict[Candidate, str] = {}
         self.fallback: Callable[[Candidate], float | None] | None = None
         self._in_context: dict[str, float] = {}
         self._scales: dict[str, float] = {}  # by provider, what being in the model did to prices
@@ -58,7 +59,10 @@ class PricedCandidates:
         return self._memo.get(self.key(cand))
 
     def key(self, cand: Candidate) -> str:
-        return self.g.kernel_key(cand.nodes, sorted(cand.outputs, key=self._pos.__getitem__))
+        k = self._keys.get(cand)  # every orchestration pass asks again
+        if k is None:
+            k = self._keys[cand] = self.g.kernel_key(cand.nodes, sorted(cand.outputs, key=self._pos.__getitem__))
+        return k
 
     def __call__(self, cand: Candidate) -> float | None:
         k = self.key(cand)

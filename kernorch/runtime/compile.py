@@ -4,6 +4,7 @@ costs) -> built kernels -> a CompiledModel."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import os
@@ -213,9 +214,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     dag = dag_from_graph(g)
     pos = {p.output: i for i, p in enumerate(g.prims)}
     knobs = _knobs(opts, target, g)
-
-    def key_fn(c: Candidate) -> str:
-        return g.kernel_key(c.nodes, ordered_outputs(pos, c))
+    key_fn = functools.cache(lambda c: g.kernel_key(c.nodes, ordered_outputs(pos, c)))  # every pass asks again
 
     t2 = time.perf_counter()
     roofline = target.roofline()
@@ -224,6 +223,7 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     tdb = db if isinstance(db, TuningDB) else TuningDB(db if db is not None else opts.env.db_path)
     try:
         with target.measurer(g, tdb, roofline.bind(dag)) as measured:
+            measured.can_generate = functools.cache(measured.can_generate)  # asked again by every pass
             ext = measured.providers
             try:
                 plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress,
