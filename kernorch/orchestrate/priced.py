@@ -1,7 +1,7 @@
 """What every target's measurer shares (orchestrate.measure.MeasuredCost on CPU,
 targets.cuda_measure.CudaMeasuredCost on CUDA): candidates keyed canonically, prices memoized
 per key, an estimate standing in for candidates not measured yet (``fallback``, set by
-compile.plan_kernels), and the tuning database consulted before anything is measured."""
+planning.plan_kernels), and the tuning database consulted before anything is measured."""
 
 from __future__ import annotations
 

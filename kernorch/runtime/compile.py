@@ -16,17 +16,16 @@ from kernorch.errors import KernorchError
 from kernorch.frontend.inputs import random_inputs
 from kernorch.frontend.quantize import CALIBRATION_METHODS
 from kernorch.ir.graph import Graph
-from kernorch.orchestrate.candidate import Candidate, multi_output
+from kernorch.orchestrate.candidate import multi_output
 from kernorch.orchestrate.from_graph import chained_prims, dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.machine import cpu_model
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
-from kernorch.orchestrate.recheck import recheck
 from kernorch.options import DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
-from kernorch.orchestrate.strategies import STRATEGIES, orchestrate
+from kernorch.orchestrate.strategies import STRATEGIES
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.rewrite.layouts import channels_last_pairs
 from kernorch.rewrite.pipeline import DEFAULT_RULES, apply_rewrites
@@ -38,7 +37,8 @@ from kernorch import targets
 from kernorch.targets.cpu import build_kernels
 from kernorch.runtime.executable import Executable, ProviderKernel, plan_executable
 from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
-from kernorch.runtime import accuracy, native
+from kernorch.runtime.planning import no_plan_error, plan_kernels
+from kernorch.runtime import accuracy, native, plan_cache
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.sources import Sources, int8_knobs, load_graph, load_int8_graph
@@ -46,7 +46,6 @@ from kernorch.runtime.whole import original_regions, region_plan
 from kernorch.runtime.report import CompileReport, check_free_cores, record_measurements
 
 COSTS = ("measured", "model")
-ESTIMATED_ROUNDS = 8  # measuring rounds whose plans may hold unmeasured kernels (plan_kernels)
 # Each target's executable, by target name: (module, class), or (None, None) for the plain Executable.
 EXECUTABLES = {"cpu": (None, None), "cuda": ("kernorch.runtime.cuda_exec", "CudaExecutable")}
 # TUNING_BUDGET (Knobs.max_candidates explains it) lives in kernorch/options.py with the other defaults.
@@ -80,7 +79,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
     rep.failed += len(fallbacks)
     rep.failures = (rep.failures + fallbacks)[:20]
     compiled = _executable(tgt, g, plan, kernels)
-    if opts.cost == "measured" and tgt.races_regions:  # the plan's measured latency, next to its price
+    if opts.cost == "measured" and tgt.races_regions and not rep.plan_reused:  # its latency, next to its price
         original = None
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
             original = sources.onnx(model)  # a whole-graph region of its own (whole.py)
@@ -94,6 +93,8 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
         with _progress_bar(opts.progress, "timing the plan end to end"):
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
                                                 env=opts.env, reprice=in_context)
+    if rep.plan_key and not rep.plan_reused and not plan.regions:
+        _remember_plan(opts, rep.plan_key, g, plan, measured.target)
     if opts.strict and (rep.fallbacks or rep.failed):
         first = (rep.fallbacks or rep.failures or ["?"])[0]
         raise KernorchError(f"strict: {len(rep.fallbacks)} generated kernel(s) failed and {rep.failed} candidate(s) "
@@ -225,13 +226,18 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
         with target.measurer(g, tdb, roofline.bind(dag)) as measured:
             measured.can_generate = functools.cache(measured.can_generate)  # asked again by every pass
             ext = measured.providers
+            if cost == "measured" and strategy == "optimal" and opts.target == "cpu":  # a warm compile's plan
+                rep.plan_key = plan_cache.plan_key(g, knobs, opts)
+                rep.plan_reused = (plan := plan_cache.reuse(tdb, rep.plan_key, g, dag, measured)) is not None
+                if rep.plan_reused:
+                    record_measurements(plan, measured, rep)
             try:
-                plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress,
-                                    target.where)
+                plan = plan if rep.plan_reused else plan_kernels(dag, strategy, cost, roofline.bind(dag), measured,
+                                                                 key_fn, knobs, rep, progress, target.where)
             except SolverError as e:
-                raise _no_plan(e, measured) from None
+                raise no_plan_error(e, measured) from None
             whole = None
-            if cost == "measured" and strategy == "optimal" and knobs.regions and measured.providers:
+            if not rep.plan_reused and cost == "measured" and strategy == "optimal" and knobs.regions and ext:
                 whole = _whole_region(dag, plan, measured)
     finally:
         if own_db:
@@ -240,112 +246,14 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     return g, plan, whole, measured, ext, rep, sources
 
 
-def _no_plan(e: Exception, measured) -> KernorchError:
-    """The solver found no plan: say it in the user's terms (which kernels failed, what to try),
-    not as the binary program's status."""
-    failed = measured.stats.failed  # every target's measurer keeps MeasureStats
-    first = (measured.stats.failures or [""])[0]
-    why = (f"{failed} candidate kernel(s) failed to build or to match the reference interpreter"
-           + (f" (first: {first[:160]})" if first else "")) if failed else \
-        "no candidate kernel computes some part of it (an operator no kernel provider can run here)"
-    return KernorchError(f"no kernel plan computes the whole model: {why}; run `kernorch check` on the model to "
-                         f"see whether kernorch can run it at all")
-
-
-def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: Knobs, rep: CompileReport,
-                 progress: bool, where: str) -> Plan:
-    """Orchestrate on modelled costs, or in passes on measured ones. Pass 1 prices kernels by an
-    estimate and provider regions by measurement (regions.py) and records which candidates the
-    strategy prices, leaving out those of segments it hands to a region: with regions, the
-    estimate is the roofline scaled to this machine's measured per-operator kernels (their total
-    measured time over their total roofline time), and a segment's plan is assumed no faster than
-    its measured per-operator kernels divided by ``knobs.region_prune_gain``, so a segment is
-    tuned only when its kernels might beat the region. The recorded candidates are measured in
-    batches, the strategy runs again on measured costs (the estimate standing in for anything
-    unmeasured), and any kernel of the plan still unmeasured is measured and the strategy rerun,
-    so every kernel of the final plan was verified and timed; in a plan without regions, every join
-    across segment cuts the round priced by the estimate is measured with it (joins chain, and one
-    join a round ran out of rounds). Shared by every target."""
-    if cost == "model":
-        return orchestrate(dag, strategy, rough, measured.can_generate, key_fn, knobs)
-    region_cost = measured.region if measured.providers else None
-    floor = None
-    if region_cost is not None and knobs.regions and strategy == "optimal":
-        scale, per_op = _roofline_scale(dag, rough, measured, key_fn, knobs, progress, where)
-        rep.roofline_scale = scale
-        rough = _scaled(rough, scale)
-
-        def floor(nodes: frozenset[int]) -> float:
-            return sum(t for c, t in per_op if c.nodes <= nodes) / knobs.region_prune_gain
-    seen: list[Candidate] = []
-
-    def record(c: Candidate) -> float | None:
-        seen.append(c)
-        return rough(c)
-
-    with _progress_bar(progress and region_cost is not None and knobs.regions, f"pricing provider regions{where}"):
-        first = orchestrate(dag, strategy, record, measured.can_generate, key_fn, knobs, region_cost, floor)
-    handed = {n for k in first.regions for n in first.kernels[k].nodes}
-    todo = [c for c in seen if not c.nodes <= handed]
-    rep.candidates = len(todo)
-    with _progress_bar(progress and bool(todo), f"tuning candidate kernels{where}") as update:
-        measured.progress = update
-        measured.prefetch(todo)
-    measured.progress = None
-    guessed: list[Candidate] = []  # what a round priced by the estimate
-
-    def guess(c: Candidate) -> float | None:  # from round ESTIMATED_ROUNDS on, only measured kernels
-        guessed.append(c)  # are offered: joins of joins can otherwise chain for as many rounds as kernels
-        return rough(c) if round_ < ESTIMATED_ROUNDS else None
-
-    measured.fallback = guess
-    every: list[Candidate] = []  # the candidates of every segment, regions or not (collected on demand)
-
-    def record_every(c: Candidate) -> float | None:
-        every.append(c)
-        return rough(c)
-
-    rechecked: set[str] = set()  # keys re-timed beside a fusion the plan declined (recheck.py)
+def _remember_plan(opts: Options, key: str, g: Graph, plan: Plan, target: str) -> None:
+    """Keep the final plan in the tuning database for the next compile of this model (plan_cache.py)."""
+    tdb = opts.db if isinstance(opts.db, TuningDB) else TuningDB(opts.db if opts.db is not None else opts.env.db_path)
     try:
-        for round_ in range(16):
-            guessed.clear()
-            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
-            regions = set(plan.regions)
-            missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
-            if not missing:
-                if strategy == "optimal" and knobs.recheck and recheck(dag, plan, measured, rechecked):
-                    continue
-                break
-            # Segments the first pass handed to a region but this plan keeps on kernels: tune
-            # them fully (measuring only the picked kernels can take one round per kernel). The
-            # first pass never priced candidates of the segments it pruned, so they are collected
-            # by a pass without regions.
-            back = {n for k, c in enumerate(plan.kernels) if k not in regions for n in c.nodes} & handed
-            handed -= back
-            if back and not every:
-                orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
-                            dataclasses.replace(knobs, regions=False))
-            more = missing + [c for c in seen + every if c.nodes & back]
-            if not regions:  # joins across cuts (joins.py) chain: measure every join the round priced
-                more += guessed
-            if round_ == 2:  # still picking unpriced kernels: price every candidate around them
-                near = {n for c in missing for n in c.nodes}
-                more += [c for c in seen + every if c.nodes & near]
-            elif round_ > 2:  # and still: rough prices keep undercutting measured ones, so price
-                # every candidate the plan could pick (a full tuning, as without regions)
-                if not every:
-                    orchestrate(dag, strategy, record_every, measured.can_generate, key_fn,
-                                dataclasses.replace(knobs, regions=False))
-                more += seen + every
-            with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
-                measured.progress = update
-                measured.prefetch(more)
-            measured.progress = None
-        else:
-            raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
+        plan_cache.remember(tdb, key, g, plan, target)
     finally:
-        measured.fallback = None
-    return record_measurements(plan, measured, rep)
+        if tdb is not opts.db:
+            tdb.close()
 
 
 def _whole_region(dag, plan: Plan, measured: MeasuredCost) -> Plan | None:
@@ -393,28 +301,6 @@ def _faster_end_to_end(g: Graph, chosen: tuple[Plan, Executable], whole: Plan | 
         return whole, runs[best]
     runs[best].infos[0].seconds = med[best]
     return region_plan(g, whole or chosen[0], med[best]), runs[best]
-
-
-def _scaled(cost, scale: float):
-    def scaled(c: Candidate) -> float | None:
-        x = cost(c)
-        return None if x is None else scale * x
-
-    return scaled
-
-
-def _roofline_scale(dag, rough, measured, key_fn, knobs: Knobs, progress: bool, where: str):
-    """Measured over roofline time, summed over the per-operator plan's kernels (measured here;
-    the optimal strategy's candidates include them anyway), and those kernels with their times."""
-    per_op = orchestrate(dag, "per-operator", rough, measured.can_generate, key_fn, knobs)
-    with _progress_bar(progress, f"calibrating on the per-operator kernels{where}") as update:
-        measured.progress = update
-        measured.prefetch(per_op.kernels)
-    measured.progress = None
-    timed = [(c, measured(c), rough(c)) for c in per_op.kernels]
-    timed = [(c, m, r) for c, m, r in timed if m is not None and r]
-    scale = sum(m for _, m, _ in timed) / sum(r for _, _, r in timed) if timed else 1.0
-    return scale, [(c, m) for c, m, _ in timed]
 
 
 def build_plan(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,

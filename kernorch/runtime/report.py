@@ -50,6 +50,8 @@ class CompileReport:
     # per output, a reduced-precision compile against the float32 reference (runtime/accuracy.py)
     accuracy: list[dict] = field(default_factory=list)
     calibration: str = ""  # precision "int8": what the quantizer calibrated on (frontend/quantize.py)
+    plan_key: str = ""  # where the final plan is kept in the tuning database (runtime/plan_cache.py)
+    plan_reused: bool = False  # the plan came from there: nothing was orchestrated or measured
 
     def timing_note(self) -> str:
         """One line on how far the measurements can be trusted ('' for modelled costs)."""

@@ -70,6 +70,8 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
         tune = secs.get("orchestrate", 0.0)
         if r.cost == "model":
             how = "costs from the roofline model, nothing measured (--cost measured tunes on timed kernels)"
+        elif getattr(r, "plan_reused", False):
+            how = "the plan of an earlier compile of this model, kept in the tuning database (nothing measured)"
         else:
             how = (f"{r.measured} kernel timings, {r.cached} reused from the tuning database"
                    + (f", {r.failed} candidates rejected (failed to build or verify)" if r.failed else ""))

@@ -32,7 +32,7 @@ def test_cuda_options_on_the_cpu_target_are_rejected(tmp_path):
 
 def test_shared_options_reach_the_cuda_target(tmp_path, monkeypatch):
     # tuning_budget, regions, knobs and rewrites reach the shared orchestration: the plan is made
-    # by runtime.compile.plan_kernels on the CUDA measurer, and the kernels still match the oracle
+    # by runtime.planning.plan_kernels on the CUDA measurer, and the kernels still match the oracle
     from kernorch.runtime import compile as pipeline
 
     seen = {}

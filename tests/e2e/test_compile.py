@@ -42,7 +42,8 @@ def test_measured_compile_then_warm_database_measures_nothing(tmp_path):
     assert TuningDB(db).count() >= first.report.measured
     second = kernorch.compile(EXAMPLE, db=db, progress=False)
     assert second.report.measured == 0
-    assert second.report.cached == first.report.measured
+    # the plan kept for this model (runtime/plan_cache.py) unless the first plan had provider regions
+    assert second.report.plan_reused or second.report.cached == first.report.measured
     assert len(second.kernels) == len(first.kernels)
     feeds = _feeds(1)
     (want,) = _ort(EXAMPLE, feeds)

@@ -9,7 +9,7 @@ from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.plan import build_plan
 from kernorch.orchestrate.pricing import identity_key
 from kernorch.orchestrate.recheck import declined, recheck
-from kernorch.runtime.compile import plan_kernels
+from kernorch.runtime.planning import plan_kernels
 from kernorch.runtime.report import CompileReport
 
 

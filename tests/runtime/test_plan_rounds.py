@@ -1,4 +1,4 @@
-"""compile.plan_kernels' measuring rounds: the plan is re-solved on measured prices, an estimate
+"""planning.plan_kernels' measuring rounds: the plan is re-solved on measured prices, an estimate
 standing in for what is not measured yet, until every kernel it picks was measured. Joins across
 segment cuts chain (a join is joined again), so a round measures every join it priced, not only
 those the plan kept: one at a time, a long chain ran out of rounds (SegFormer's decode head)."""
@@ -7,7 +7,7 @@ from kernorch.orchestrate.dag import make_dag
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.pricing import identity_key
-from kernorch.runtime.compile import ESTIMATED_ROUNDS, plan_kernels
+from kernorch.runtime.planning import ESTIMATED_ROUNDS, plan_kernels
 from kernorch.runtime.report import CompileReport
 
 
