@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS costs (
     version TEXT NOT NULL,
     provider TEXT NOT NULL,
     seconds REAL,            -- NULL when the kernel cannot be used (see status)
-    status TEXT NOT NULL,    -- ok | cannot_generate | build_failed | verify_failed | run_failed
+    status TEXT NOT NULL,    -- ok | cannot_generate | build_failed | verify_failed | run_failed | plan
     detail TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     PRIMARY KEY (key, target, version, provider)

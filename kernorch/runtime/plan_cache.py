@@ -2,14 +2,15 @@
 with the same options on the same machine (a new process, a restarted service) builds that plan
 straight away instead of enumerating, re-timing, pricing in context and racing plans again.
 
-The plan is one row of the costs table (provider ``plan``: no schema change, and ``kernorch db``
-merges and prunes it like any row): its key digests the whole graph (``Graph.kernel_key`` over every
-prim: structure, shapes, dtypes, scalar constants; weights only by shape, as they do not change
-what runs fastest) with the options that shape a plan; its detail lists each kernel's prims by
+The plan is one row of the costs table (provider and status ``plan``, no seconds: no schema change,
+``kernorch db`` merges it like any row, and nothing reads it as a price): its key digests the whole
+graph (``Graph.kernel_key`` over every prim: structure, shapes, dtypes, scalar constants; weights
+only by shape, as they do not change what runs fastest) with the options that shape a plan; its detail lists each kernel's prims by
 position in the graph. A stored plan is used only while every one of its kernels still has a
-correct price in the database for this target and code generator (``kernorch db retune``, a new
-code-generator version or a new machine signature drop it), and only as a valid plan of this graph
-(``check_plan``); otherwise the compile plans as usual and stores the new plan.
+correct price in the database for this target and code generator (a new code-generator version or
+a new machine signature drop it), never while the database distrusts prices (``kernorch db
+retune`` compiles to measure them again), and only as a valid plan of this graph (``check_plan``);
+otherwise the compile plans as usual and stores the new plan.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def plan_key(g: Graph, knobs: Knobs, opts) -> str:
 def reuse(db: TuningDB, key: str, g: Graph, dag: Dag, measured) -> Plan | None:
     """The plan stored under ``key``, priced from the database (nothing is measured), or None when
     there is none or it can no longer be used."""
+    if db.distrusted:  # kernorch db retune: the compile is there to measure those kernels again
+        return None
     rec = db.get(key, measured.target, CODEGEN_VERSION).get(PROVIDER)
-    if rec is None or not rec.ok:
+    if rec is None or rec.status != PROVIDER:
         return None
     order = [p.output for p in g.prims]
     try:
@@ -70,4 +73,4 @@ def remember(db: TuningDB, key: str, g: Graph, plan: Plan, target: str) -> None:
     """Store ``plan`` (one without provider regions) under ``key``."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
     detail = json.dumps([sorted(pos[v] for v in c.nodes) for c in plan.kernels])
-    db.put(key, target, CODEGEN_VERSION, Record(PROVIDER, float(plan.cost), "ok", detail))
+    db.put(key, target, CODEGEN_VERSION, Record(PROVIDER, None, PROVIDER, detail))  # not a price

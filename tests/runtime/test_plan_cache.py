@@ -56,9 +56,8 @@ def test_other_options_plan_afresh(tmp_path):
 
 
 def test_a_stored_plan_that_no_longer_fits_is_planned_again(tmp_path):
-    """A plan whose kernels lost their prices (kernorch db retune distrusts them), a garbled row and
-    a row whose kernels do not make a plan of this graph are all planned afresh, and the compile
-    stores a good plan again."""
+    """A database that distrusts prices (kernorch db retune), a garbled row and a row whose kernels
+    do not make a plan of this graph are all planned afresh, and the compile stores a good plan again."""
     db = tmp_path / "db.sqlite"
     first = kernorch.compile(EXAMPLE, db=db, **KW)
     [row] = _plan_rows(db)
@@ -67,8 +66,9 @@ def test_a_stored_plan_that_no_longer_fits_is_planned_again(tmp_path):
     store.distrust({r.key for r in store.rows() if r.record.provider != plan_cache.PROVIDER})
     again = kernorch.compile(EXAMPLE, db=store, **KW)
     assert not again.report.plan_reused and again.report.measured > 0
+    store = TuningDB(db)  # a new process: nothing distrusted
     for detail in ("not json", json.dumps([kernels[0]])):  # garbled; a plan missing most of the graph
-        store.put(row.key, row.target, CODEGEN_VERSION, Record(plan_cache.PROVIDER, 1.0, "ok", detail))
+        store.put(row.key, row.target, CODEGEN_VERSION, Record(plan_cache.PROVIDER, None, plan_cache.PROVIDER, detail))
         model = kernorch.compile(EXAMPLE, db=store, **KW)
         assert not model.report.plan_reused
         _matches_onnxruntime(model)
