@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernorch.ir.graph import FLOAT_DTYPES
+from kernorch.ir.graph import FLOAT_DTYPES, Graph
 from kernorch.ir.prims import Op, ValueId
 from kernorch.rewrite.driver import Ctx
 
@@ -60,3 +60,12 @@ def per_axis_vector(ctx: Ctx, v: ValueId, shape: tuple[int, ...], axis: int) -> 
         return None
     vec = sub.reshape(-1)
     return np.repeat(vec, n) if vec.size == 1 else vec
+
+
+def without_prims(g: Graph) -> Graph:
+    """A copy of ``g`` (types, inputs, outputs, constants, names) without its prims: the start of a
+    rewrite that appends them again, changed or not."""
+    out = Graph()
+    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
+    out.constants, out.names = dict(g.constants), dict(g.names)
+    return out

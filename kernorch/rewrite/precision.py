@@ -27,6 +27,7 @@ import numpy as np
 from kernorch.ir.graph import Builder, Graph
 from kernorch.ir.prims import CastAttrs, Kind, Op, Prim, ValueId
 from kernorch.ir.tensors import BFLOAT16
+from kernorch.rewrite.patterns import without_prims
 
 LINEAR_OPS = (Op.MATMUL, Op.CONV, Op.CONV_TRANSPOSE)
 KEEPS_STORAGE = (Op.VIEW, Op.BROADCAST, Op.CAST, *LINEAR_OPS)  # no pair: their value is a view or already paired
@@ -36,9 +37,7 @@ def bf16_storage(g: Graph, linear: set[ValueId] | None = None) -> tuple[Graph, i
     """A copy of ``g`` in bf16 as described above, and the number of prims rounded to bf16
     (linear prims and paired values). ``linear``: the outputs of the linear prims to compute in
     bf16 (providers/bf16_choice.py measures where bf16 is faster); None: every one that can."""
-    out = Graph()
-    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
-    out.constants, out.names = dict(g.constants), dict(g.names)
+    out = without_prims(g)
     b = Builder(out)
     readers = g.consumers()
     returned = set(g.outputs)

@@ -31,14 +31,13 @@ from kernorch.ir.interp import eval_prim
 from kernorch.ir.prims import Op, Prim, ValueId, ViewAttrs
 from kernorch.ir.tensors import holds_int8
 from kernorch.rewrite.dce import remove_dead
+from kernorch.rewrite.patterns import without_prims
 
 
 def integer_linear(g: Graph) -> tuple[Graph, int]:
     """A copy of ``g`` with every matching convolution / matmul on integer-valued operands as
     described above, and how many were rewritten."""
-    out = Graph()
-    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
-    out.constants, out.names = dict(g.constants), dict(g.names)
+    out = without_prims(g)
     b = Builder(out)
     made = g.producers()
     n = 0
@@ -154,9 +153,7 @@ def split_dequantized(g: Graph) -> tuple[Graph, int]:
     float32. A copy per convolution costs nothing (it is computed where it is read); cse would
     merge the copies back, so this runs after the rewrites."""
     made, readers = g.producers(), g.consumers()
-    out = Graph()
-    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
-    out.constants, out.names = dict(g.constants), dict(g.names)
+    out = without_prims(g)
     b = Builder(out)
     n = 0
     for p in g.prims:
@@ -198,9 +195,7 @@ def integer_max_pools(g: Graph) -> tuple[Graph, int]:
     The pooling then moves a quarter of the bytes, and an int8 plan keeps its integers (ResNet's
     stem: a float32 pooling between two int8 convolutions)."""
     made, readers = g.producers(), g.consumers()
-    out = Graph()
-    out.types, out.inputs, out.outputs = dict(g.types), list(g.inputs), list(g.outputs)
-    out.constants, out.names = dict(g.constants), dict(g.names)
+    out = without_prims(g)
     b = Builder(out)
     n = 0
     for p in g.prims:
