@@ -11,12 +11,11 @@ What an int8 plan of single oneDNN calls cannot beat, whatever it fuses around t
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
 from bench import peers
+from bench.codegen_micro import _median_time
 
 
 def resnet50_convolutions():
@@ -44,17 +43,9 @@ def qconv_seconds(cin: int, cout: int, side: int, k: int, stride: int, zp: int, 
     pad = [k // 2] * 2
     packed = torch.ops.onednn.qconv_prepack(w, scales, 1.0, zp, [stride] * 2, pad, [1, 1], 1, [1, cin, side, side])
 
-    def call():
-        torch.ops.onednn.qconv_pointwise(x, 1.0, zp, packed, scales, zeros, bias, [stride] * 2, pad, [1, 1], 1,
-                                         0.05, 4, torch.uint8, "relu", [], "")
-    for _ in range(10):
-        call()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return _median_time(lambda: torch.ops.onednn.qconv_pointwise(
+        x, 1.0, zp, packed, scales, zeros, bias, [stride] * 2, pad, [1, 1], 1, 0.05, 4, torch.uint8, "relu", [], ""),
+        repeat)
 
 
 def main(argv=None) -> None:
