@@ -5,8 +5,8 @@ run-queue delay, read from ``/proc/self/task/*/schedstat`` on Linux): on a busy 
 OpenMP kernel stalls at its barrier while one thread is preempted, and its wall time becomes a
 multiple of the scheduler tick instead of its cost. Disturbed samples are discarded and more are
 taken, up to a bound; a measurement that never collects enough clean samples is *unsettled* and
-the caller re-measures it later or stores it flagged. See Note [trusted timing] in README "Tuning
-on a busy machine".
+the caller re-measures it later or stores it flagged. See Note [trusted timing] in docs/TUNING.md
+"Tuning on a busy machine".
 """
 
 from __future__ import annotations

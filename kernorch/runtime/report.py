@@ -1,5 +1,5 @@
 """What a compile reports about itself: the CompileReport, and how far its measurements can be
-trusted (disturbed samples, flagged prices, free cores; Note [trusted timing] in README)."""
+trusted (disturbed samples, flagged prices, free cores; Note [trusted timing] in docs/TUNING.md)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class CompileReport:
     priced_s: float | None = None  # the solver's plan: sum of its kernels' prices (measured compiles)
     priced_hot_s: float | None = None  # the first plan's kernels priced alone, hot (runtime/in_context.py)
     context_rounds: list[tuple[int, float, float]] = field(default_factory=list)  # (kernels, hot price, call s)
-    # Trust in the measurements (Note [trusted timing] in README "Tuning on a busy machine").
+    # Trust in the measurements (Note [trusted timing] in docs/TUNING.md).
     disturbed: int = 0  # timing samples discarded: the process waited for a CPU during them
     remeasured: int = 0  # kernels measured again because their first price was doubtful
     unsettled: int = 0  # kernels stored flagged: no quiet price could be taken
