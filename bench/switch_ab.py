@@ -1,8 +1,8 @@
 """End-to-end A/B of one of kernorch's A/B switches (SWITCHES: the Winograd 3x3 convolutions of
 kernorch/codegen/winograd.py, the activation layout pairs of kernorch/rewrite/layouts.py, the window
-sums written out tap by tap of kernorch/codegen/window.py): a bench
-model compiled kn-own (measured costs, no provider regions) twice, with the switch on and off, each on
-its own tuning database (the database does not key on the switch), then both timed with onnxruntime
+sums written out tap by tap of kernorch/codegen/window.py; the code generator's two through
+CodegenOptions, the rewrite's as a module flag): a bench model compiled kn-own (measured costs, no
+provider regions) twice, with the switch on and off, each on its own tuning database, then both timed with onnxruntime
 and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
 
     python -m bench.switch_ab resnet50 [--switch winograd] [--small] [--repeats 20] [--db DIR] [--threads 2]
@@ -23,17 +23,17 @@ from types import SimpleNamespace
 
 from bench import peers
 from bench.run import load_model
-from kernorch.codegen import window, winograd
+from kernorch.options import CodegenOptions
 from kernorch.rewrite import layouts
 
-SWITCHES = {  # name -> (module, flag)
-    "winograd": (winograd, "WINOGRAD"),
-    "activation-pairs": (layouts, "PAIR_ACTIVATION_CUTS"),
-    "window-sums": (window, "WINDOW_SUMS"),
-}
+SWITCHES = {"winograd": "winograd", "window-sums": "window_sums",  # name -> CodegenOptions field
+            "activation-pairs": (layouts, "PAIR_ACTIVATION_CUTS")}  # ... or (module, flag)
 
 
 def _compile(m: dict, db: Path, threads: int, switch: str, on: bool):
+    if isinstance(SWITCHES[switch], str):
+        options = CodegenOptions(**{SWITCHES[switch]: on})
+        return peers.kernorch_compile(m["path"], "optimal", None, db, threads, regions=False, codegen=options)
     module, flag = SWITCHES[switch]
     default = getattr(module, flag)
     setattr(module, flag, on)

@@ -1,6 +1,6 @@
 """Micro-benchmark of a generated convolution GEMM's windows: row blocks inside the image read in
 place through the taps' offsets (``kn_window_tile``, the default) against every block copied
-first (``kn_window_rows``, gemm.WINDOWS_IN_PLACE off), both with Winograd off, against the
+first (``kn_window_rows``, CodegenOptions.windows_in_place off), both with Winograd off, against the
 Winograd F(6,3) kernel where it is taken (codegen/winograd.py: 3x3, unit strides, channels-last)
 and oneDNN's prepacked convolution on the same tensors. Calls of the variants alternate in one
 process, so the machine's drift hits them alike.
@@ -20,11 +20,12 @@ import statistics
 import numpy as np
 import torch
 
-from bench.gemm_micro import _generated, _median_us
-from kernorch.codegen import gemm, winograd
+from kernorch.codegen import winograd
 from kernorch.codegen.feasible import kernel_prims
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
+from kernorch.options import CodegenOptions
+from kernorch.targets.gemm_check import generated_call, median_us
 
 # name: (Cin, Cout, side, kernel, stride, channels-last image)
 SHAPES = {"resnet50 stem 7x7/2": (3, 64, 224, 7, 2, False), "mobilenetv3 stem 3x3/2": (3, 16, 224, 3, 2, False),
@@ -47,13 +48,8 @@ def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threa
     y = b.conv(image, b.constant(w), b.constant(bias), attrs)
     y = b.permute(y, (0, 2, 3, 1)) if nhwc else y
     calls = []
-    default = gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD
     for in_place, wino in ((True, False), (False, False), (True, True)):
-        gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD = in_place, wino
-        try:
-            calls.append(_generated(b, y, threads, [x]))
-        finally:
-            gemm.WINDOWS_IN_PLACE, winograd.WINOGRAD = default
+        calls.append(generated_call(b, y, threads, [x], None, CodegenOptions(winograd=wino, windows_in_place=in_place)))
     b.g.outputs = [y]
     taken = winograd.why_not(b.g, kernel_prims(b.g, {p.output for p in b.g.prims}), [y]) is None
     calls[2] = calls[2] if taken else None
@@ -82,7 +78,7 @@ def main(argv=None) -> None:
         for _ in range(args.rounds):
             for t, call in zip(times, calls):
                 if call is not None:
-                    t.append(_median_us(call, args.repeat))
+                    t.append(median_us(call, args.repeat))
         med = [statistics.median(t) if t else None for t in times]
         wino = (f"{med[2]:10.1f} {med[0] / med[2]:18.2f}" if med[2] else f"{'-':>10} {'-':>18}")
         print(f"{name:26} {med[0]:10.1f} {med[1]:10.1f} {med[1] / med[0]:16.2f} {wino} {med[3]:10.1f}", flush=True)

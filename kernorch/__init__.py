@@ -7,8 +7,9 @@
 """
 
 from kernorch.errors import KernorchError
+from kernorch.options import CodegenOptions
 
-__all__ = ["CompiledModel", "KernorchError", "compile", "load", "optimize"]
+__all__ = ["CodegenOptions", "CompiledModel", "KernorchError", "compile", "load", "optimize"]
 __version__ = "0.1.0"
 
 

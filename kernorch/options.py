@@ -30,6 +30,8 @@ functions (lru_cache on their arguments).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -120,8 +122,43 @@ class Env:
 
 
 @dataclass(frozen=True)
+class CodegenOptions:
+    """Every switch that changes the C code kernorch generates, with its default (each was a module
+    global once, and an A/B switch of bench/switch_ab.py). ``tag`` puts a non-default choice into the
+    code generator's version (codegen/version.py), which keys the tuning database, the kept plans
+    and the build check of saved models: a price of one code is never served for another."""
+
+    winograd: bool = True  # 3x3 convolutions with unit strides through Winograd F(6,3) (codegen/winograd.py)
+    window_sums: bool = True  # small window sums (average pools) written out tap by tap (codegen/window.py)
+    gemm_prefetch: bool = True  # a GEMM tile prefetches the packed weight's next panel (codegen/gemm.py)
+    gemm_short_k: int = 32  # products of a packed weight at most this long along k split rows only
+    gemm_rows_first_bytes: int = 256 << 10  # ... and those of a packed weight up to this size with many row blocks
+    windows_in_place: bool = True  # a convolution's row blocks of windows inside the image are read in place
+
+    def changed(self) -> dict[str, Any]:
+        """The fields that differ from their defaults."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
+
+    def tag(self) -> str:
+        """'' for the defaults, else '+' and a hash of the changed fields (appended to the version)."""
+        changed = self.changed()
+        return "+" + hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:10] if changed else ""
+
+    @classmethod
+    def from_changed(cls, changed: Mapping[str, Any]) -> CodegenOptions:
+        """The options ``changed()`` described (a saved model's record); unknown names are an error."""
+        unknown = sorted(set(changed) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise OptionsError(f"unknown code generator option(s) {', '.join(unknown)}")
+        return cls(**changed)
+
+
+DEFAULT_CODEGEN = CodegenOptions()
+
+
+@dataclass(frozen=True)
 class Options:
-    """The settings of one compile: ``compile()``'s keywords (README "Python API"; defaults
+    """The settings of one compile: ``compile()``'s keywords (docs/PYTHON_API.md; defaults
     equal), the orchestrator's Knobs, target "cuda"'s CudaOptions and the environment."""
 
     target: str = "cpu"
@@ -145,6 +182,7 @@ class Options:
     accuracy_budget: float | None = None  # relative error a reduced-precision kernel may add (None: 1e-2)
     calibration: Any = None  # precision "int8": an iterable of input feeds to calibrate on (None: random)
     calibration_method: str = "minmax"  # "minmax" | "entropy" | "percentile" (frontend/quantize.py)
+    codegen: CodegenOptions = DEFAULT_CODEGEN  # switches of the C code generator (target "cpu")
     env: Env = field(default_factory=Env.read)
 
     @classmethod
@@ -152,7 +190,7 @@ class Options:
         """``settings`` (compile()'s keywords) with the environment read now, once."""
         unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(cls)} - {"env"})
         if unknown:
-            raise OptionsError(f"unknown option(s) {', '.join(unknown)}; see README \"Python API\"")
+            raise OptionsError(f"unknown option(s) {', '.join(unknown)}; see docs/PYTHON_API.md")
         return cls(**settings, env=Env.read(environ))
 
     def replace(self, **settings: Any) -> Options:

@@ -128,7 +128,7 @@ def test_a_bad_value_is_one_line_naming_the_variable(name, value, monkeypatch):
 
 
 def test_unknown_options_and_mixed_forms_are_one_line():
-    with pytest.raises(KernorchError, match=r"^unknown option\(s\) thread; see README"):
+    with pytest.raises(KernorchError, match=r"^unknown option\(s\) thread; see docs/PYTHON_API.md$"):
         Options.from_env(thread=2)
     with pytest.raises(KernorchError, match="^pass either options= or keywords, not both \\(got strategy\\)$"):
         kernorch.compile(_model(), options=Options(), strategy="greedy")

@@ -22,16 +22,17 @@ from kernorch.codegen.toolchain import cache_dir, compile_source, default_thread
 from kernorch.errors import CompilerError
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind
-from kernorch.options import Env
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions, Env
 
 
 Item = Union[KernelSpec, tuple]
 
 
 def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph | None = None,
-               env: Env | None = None) -> list[Kernel]:
+               env: Env | None = None, options: CodegenOptions = DEFAULT_CODEGEN) -> list[Kernel]:
     """Build many kernels with one compiler call. ``items`` are KernelSpecs (then pass the graph
-    ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque)."""
+    ``g`` they came from) or ``(graph, members, outputs)`` triples (C, linear or opaque), the C
+    ones generated with ``options``."""
     env = env or Env.read()
     threads = num_threads or env.threads
     out: list[Kernel | None] = [None] * len(items)
@@ -52,7 +53,7 @@ def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph |
 
             out[k] = LinearKernel(graph, members, outputs)
         else:
-            specs.append((k, lower(graph, members, outputs, num_threads=threads), graph))
+            specs.append((k, lower(graph, members, outputs, num_threads=threads, options=options), graph))
     if specs:
         for k, kern in zip([k for k, _, _ in specs], _build_c([(s, gr) for _, s, gr in specs], threads, env)):
             out[k] = kern
@@ -82,6 +83,6 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int, env: Env) -> l
 
 
 def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None,
-                 env: Env | None = None) -> Kernel:
+                 env: Env | None = None, options: CodegenOptions = DEFAULT_CODEGEN) -> Kernel:
     """Build one kernel (C, linear or opaque)."""
-    return build_many([(g, set(members), list(outputs))], num_threads, env=env)[0]
+    return build_many([(g, set(members), list(outputs))], num_threads, env=env, options=options)[0]

@@ -23,7 +23,7 @@ row chunk) units; each unit packs its ``NR``-column panel of B (``bp``) unless B
 weight, read from a copy packed once in zero-padded panels (``KernelSpec.packs``, packing.py);
 then for every ``MR``-row block ``kn_gemm_tile`` (C header) sums the products into a tile and
 the epilogue loop stores every kernel output from it. A constant weight's product at most
-SHORT_K long along k, or of a weight up to ROWS_FIRST_BYTES with many row blocks, splits rows
+gemm_short_k long along k, or of a weight up to gemm_rows_first_bytes (CodegenOptions) with many row blocks, splits rows
 only, every panel per row block, so each thread writes whole output rows in order. A product of
 at most 16 columns (a stem to 16 channels, a 1x1 projection to 8..16) uses 12-row x 16-column
 tiles (``kn_gemm_tile16``) and 16-column panels instead: a 32-column tile would spend half its
@@ -58,25 +58,23 @@ from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
 STAGE_BYTES = 2048  # output columns this far apart (times any integer) are stored through a staging tile
-PREFETCH = True  # prefetch a packed weight's next panel (GemmLowerer._prefetch); off: an A/B switch
 # Threads split a constant weight's product by rows, every panel per row block, so each thread writes
 # whole output rows in order, when the product is short along k (a 1x1 convolution from 16 or 24
 # channels: bound by its output's stream to memory) or its packed weight is small (stays in L2) and it
 # has many row blocks. Split by panels instead, each thread writes a 128-byte stripe of every row.
-# A one-off A/B (SHORT_K 0 vs 32 alternated in one process, bench.gemm_micro's cases): MobileNetV3's
+# CodegenOptions.gemm_short_k and gemm_rows_first_bytes (kernorch/options.py) set those sizes.
+# A one-off A/B (gemm_short_k 0 vs 32 alternated in one process, bench.gemm_micro's cases): MobileNetV3's
 # 16->64 at 112x112, output cold, 517 us split by panels, 398 by rows; 24->64, 32->96 and 24->72
-# 1.04-1.3x hot and cold. ROWS_FIRST_BYTES, a one-off A/B in ResNet-50's kn-own plan (kernels timed
+# 1.04-1.3x hot and cold. gemm_rows_first_bytes, a one-off A/B in ResNet-50's kn-own plan (kernels timed
 # in the call, ABBA rounds, three runs): its 64->256, 256->64, 128->512 and 256->128 1x1s at 56x56
 # and 28x28 ran 5-25% faster by rows; the model 50.3 vs 49.6 ms, 53.8 vs 58.4, 48.6 vs 51.0 (0.99-1.09x);
 # MobileNetV3 1.02-1.04x; at 1 MiB (ResNet-50's 256->1024 at 14x14) rows ran 5-10% slower.
-SHORT_K = 32
-ROWS_FIRST_BYTES = 256 << 10
 ROWS_FIRST_BLOCKS = 16  # row blocks per thread, at least, for a small weight's rows-first split
 WINDOWS_READ = "read in place inside the image, copied per row block at its borders"
-WINDOWS_IN_PLACE = True  # read row blocks of windows inside the image in place (kn_window_tile); off: an A/B switch
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
 
 
@@ -100,9 +98,10 @@ def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
 class GemmLowerer(KernelLowerer):
     """KernelSpec of a generated GEMM (``why_not`` must have said None)."""
 
-    def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
+    def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int,
+                 options: CodegenOptions = DEFAULT_CODEGEN) -> None:
         super().__init__(g, members, outputs)
-        self.threads = threads
+        self.threads, self.options = threads, options
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
@@ -117,8 +116,8 @@ class GemmLowerer(KernelLowerer):
         # every panel per row block, while the packed weight stays in cache: a convolution's windows are
         # copied (or found in cache) once; a short product's threads each write whole output rows
         weight_bytes = K * npan * self.nr * 4
-        small = weight_bytes <= ROWS_FIRST_BYTES and blocks >= ROWS_FIRST_BLOCKS * self.threads
-        rows_first = (K <= SHORT_K or small) and M > self.mr and self._constant_b(prod) is not None
+        small = weight_bytes <= self.options.gemm_rows_first_bytes and blocks >= ROWS_FIRST_BLOCKS * self.threads
+        rows_first = (K <= self.options.gemm_short_k or small) and M > self.mr and self._constant_b(prod) is not None
         inner = (prod.window is not None or rows_first) and npan > 1 and weight_bytes <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panels that units split
         chunks = min(blocks, -(-units // (nb * upan))) if nb * upan < units else 1
@@ -175,7 +174,7 @@ class GemmLowerer(KernelLowerer):
         image = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)) if win is not None else None
         win_args = (rows, row0, image, *map(ix.const, win.args())) if win is not None else ()
         # tiles read row blocks inside the image in place, through int32 offsets of the taps
-        in_place = win is not None and not dots and WINDOWS_IN_PLACE and win.span() < 2 ** 31
+        in_place = win is not None and not dots and self.options.windows_in_place and win.span() < 2 ** 31
         if win is not None and not direct:  # a convolution's windows: a row block's into ap unless read in place
             fill = (Call("kn_window_fill" if in_place else "kn_window_rows", (*win_args, "ap")),)
             a_at, lda = ("ap", ix.const(0)), K
@@ -279,7 +278,7 @@ class GemmLowerer(KernelLowerer):
         """Floats past the tile's panel to prefetch while its first row block runs: the next panel
         of a constant weight packed once (the unit after this one reads it; a large weight comes
         from memory, and the first row block would otherwise wait for every line), else 0."""
-        if weight is None or inner or npan == 1 or not PREFETCH:
+        if weight is None or inner or npan == 1 or not self.options.gemm_prefetch:
             return ix.const(0)
         sizes = self.vs.sizes
         has_next = ix.minimum(npan - 1 - pan, 1, sizes)  # 1 unless this is the last panel

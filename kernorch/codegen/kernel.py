@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from kernorch.ir.index import Expr
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 
 @dataclass(frozen=True)
@@ -139,3 +140,4 @@ class KernelSpec(SpecHeader):
     # ``transform`` (packing.TRANSFORMS): a copy its runner makes once, in the order its loops
     # read it (``packing.packed_copy``)
     packs: tuple[tuple[int, tuple[int, ...], int, str], ...] = ()
+    options: CodegenOptions = DEFAULT_CODEGEN  # the switches it was generated with (a saved model regenerates it so)

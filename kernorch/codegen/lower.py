@@ -12,6 +12,7 @@ live in memory.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -28,6 +29,7 @@ from kernorch.codegen.scalar import Body, Inliner
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 PARALLEL_MIN_WORK = 1 << 14  # elements per group below which one thread is faster than a fork
 MAX_PIECES = 5  # most pieces an innermost loop is split into (pads and concats need 2-3)
@@ -58,7 +60,7 @@ class _Nest:
 
 
 def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | None = None,
-          num_threads: int | None = None) -> KernelSpec:
+          num_threads: int | None = None, options: CodegenOptions = DEFAULT_CODEGEN) -> KernelSpec:
     """The KernelSpec of a C kernel scheduled for ``num_threads`` (default: toolchain.default_threads());
     raises CannotGenerate with the reason otherwise."""
     members = set(members)
@@ -70,23 +72,26 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
     threads = num_threads or default_threads()
     prims = kernel_prims(g, members)
     if gemm.why_not(g, prims, outputs) is None:
-        lowerer = winograd.WinogradLowerer if winograd.why_not(g, prims, outputs) is None else gemm.GemmLowerer
-        return lowerer(g, members, list(outputs), threads).run(name)
-    g, members = permuted_reduces(g, members, outputs)
-    return _Lowerer(g, members, list(outputs), threads).run(name)
+        winograd_ok = winograd.why_not(g, prims, outputs, options) is None
+        lowerer = winograd.WinogradLowerer if winograd_ok else gemm.GemmLowerer
+    else:
+        lowerer = _Lowerer
+        g, members = permuted_reduces(g, members, outputs)
+    return dataclasses.replace(lowerer(g, members, list(outputs), threads, options).run(name), options=options)
 
 
 class _Lowerer(KernelLowerer):
-    def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int) -> None:
+    def __init__(self, g: Graph, members: set[int], outputs: list[int], threads: int,
+                 options: CodegenOptions = DEFAULT_CODEGEN) -> None:
         super().__init__(g, members, outputs)
-        self.threads = threads
+        self.threads, self.options = threads, options
 
     def run(self, name: str | None) -> KernelSpec:
         g = self.g
         for p in self.prims:  # depthwise weights channels-last: a channels-last loop reads them contiguously
             if p.op is Op.CONV and g.types[p.inputs[1]].shape[1] == 1 and len(g.types[p.inputs[1]].shape) == 4:
                 self.pack(p.inputs[1], (2, 3, 1, 0))
-        sch = make_schedule(g, self.prims, self.outputs, self.vs, self.threads)
+        sch = make_schedule(g, self.prims, self.outputs, self.vs, self.threads, window_sums=self.options.window_sums)
         args = self.assign_buffers(sch)
         body = tuple(self.group([sch.stages[k] for k in ks], P) for ks, P in sch.groups)
         comment, local = self.describe()

@@ -80,14 +80,14 @@ class Vars:
 
 
 def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, threads: int = 1, *,
-                  grid: bool = False) -> Schedule:
+                  grid: bool = False, window_sums: bool = True) -> Schedule:
     """The schedule for ``threads`` CPU threads, or for a GPU grid (``grid``; ``threads`` unused).
-    See Note [parallel domain]."""
+    ``window_sums``: CodegenOptions.window_sums. See Note [parallel domain]."""
     width = math.inf if grid else threads
     producers = {p.output: p for p in prims}
     # a small window reduce is written out tap by tap (window.py), on CPU loops only: inlined where
     # it is read, or an elementwise stage where it is stored
-    windows = set() if grid else {p.output for p in prims if window.is_window(g, p, producers)}
+    windows = set() if grid or not window_sums else {p.output for p in prims if window.is_window(g, p, producers)}
     base = {p.output for p in prims if p.kind is Kind.REDUCE and p.output not in windows} | set(outputs)
     base |= extremes.stored_values(prims)  # compared with its own max/min: Note [extreme tests]
     mat = set(base)

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 # Sums only. A max pool written out this way ran no faster than its reduce stage (64x56x56, 3x3: 451 us
 # vs 434, with the NaN-propagating max as a bitwise select; as "?:" gcc left the chain scalar: 1.7 ms).
 COMBINE = {Op.SUM: Op.ADD}
-WINDOW_SUMS = True  # off: every reduce is a reduce stage, as before (an A/B switch, bench/switch_ab.py)
 FLOAT = ("float32", "float64")
 
 
@@ -42,7 +41,7 @@ def is_window(g: Graph, p: Prim, producers: Mapping[int, Prim]) -> bool:
     with an input coordinate that moves with both a kept and a reduced index (a pooling's
     ``oh * stride + kh``). Global poolings and norms over a reshaped axis stay reduce stages: their
     taps are long contiguous rows, which a reduce loop reads best."""
-    if not WINDOW_SUMS or p.kind is not Kind.REDUCE or p.op not in COMBINE or g.types[p.output].dtype not in FLOAT:
+    if p.kind is not Kind.REDUCE or p.op not in COMBINE or g.types[p.output].dtype not in FLOAT:
         return False
     src = producers.get(p.inputs[0])
     if src is None or src.op is not Op.VIEW or not 0 < volume(g, p) <= MAX_TAPS:

@@ -37,8 +37,8 @@ from kernorch.codegen.kernel import Call, Decl, KernelSpec, Loop, Parallel
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Prim
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
-WINOGRAD = True  # 3x3 convolutions through Winograd F(6,3); off: the direct GEMM (an A/B switch)
 TILE = 6  # outputs of one row per Winograd tile
 POINTS = TILE + 2  # transform points (8)
 TILES = 6  # tiles per block: the rows of one GEMM tile
@@ -77,10 +77,10 @@ def transformed_weight(w: torch.Tensor, panel: int) -> torch.Tensor:
     return u.reshape(POINTS, 3 * ci, npan, panel).permute(2, 0, 1, 3).contiguous()
 
 
-def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
+def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
     """None when a kernel that gemm.py writes as a GEMM (``gemm.why_not`` said None) is a 3x3
     convolution this module computes instead (see the module doc), else why not."""
-    if not WINOGRAD:
+    if not options.winograd:
         return "Winograd convolutions are switched off"
     prod = product_of(g, prims)
     win = None if isinstance(prod, str) else prod.window

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kernorch.errors import KernorchError
-from kernorch.options import Env
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions, Env
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.tuning_db import Record
 from kernorch.providers.timing import usable_cores
@@ -57,12 +57,14 @@ class TuningWorker:
         env = Env.read()
         return machine_signature(env.cc, env.cflags), os.getpid(), socket.gethostname()
 
-    def load(self, g, threads: int, provider_names: Sequence[str], timer_factory: Callable | None) -> None:
+    def load(self, g, threads: int, provider_names: Sequence[str], timer_factory: Callable | None,
+             codegen_options: CodegenOptions = DEFAULT_CODEGEN) -> None:
         from kernorch.orchestrate.measure import MeasuredCost, external_providers
         from kernorch.orchestrate.tuning_db import TuningDB
 
         self.measurer = MeasuredCost(g, TuningDB(":memory:"), threads=threads,
-                                     providers=external_providers(threads, provider_names))
+                                     providers=external_providers(threads, provider_names),
+                                     codegen_options=codegen_options)
         if timer_factory is not None:
             self.measurer.timer = timer_factory()
 
@@ -153,7 +155,8 @@ class RayTuning:
 
         g_ref = ray.put(measured.g)
         names = [p.name for p in measured.providers]
-        ray.get([w.load.remote(g_ref, measured.threads, names, self.timer_factory) for w in self.workers])
+        ray.get([w.load.remote(g_ref, measured.threads, names, self.timer_factory, measured.codegen_options)
+                 for w in self.workers])
         pending = collections.deque(_Item(k, c) for k, c in items)
         idle = list(self.workers)
         flight: dict = {}
@@ -175,7 +178,7 @@ class RayTuning:
                 raise cause if isinstance(cause, KernorchError) else KernorchError(
                     f"a Ray worker failed measuring: {_one_line(e)}") from None
             except RayActorError:
-                if self._reload(worker, g_ref, measured.threads, names):
+                if self._reload(worker, g_ref, measured, names):
                     idle.append(worker)
                 else:  # not back within RESTART_WAIT_S: its node is gone
                     self.workers.remove(worker)
@@ -203,7 +206,7 @@ class RayTuning:
                 yield key, recs
 
 
-    def _reload(self, worker, g_ref, threads: int, names: list[str]) -> bool:
+    def _reload(self, worker, g_ref, measured, names: list[str]) -> bool:
         """Load the graph into a worker Ray is restarting (max_restarts=-1): calls fail while it
         is unavailable, so retry until RESTART_WAIT_S; False if it never comes back."""
         ray = import_ray()
@@ -212,7 +215,7 @@ class RayTuning:
         deadline = time.monotonic() + RESTART_WAIT_S
         while True:
             try:
-                ray.get(worker.load.remote(g_ref, threads, names, self.timer_factory))
+                ray.get(worker.load.remote(g_ref, measured.threads, names, self.timer_factory, measured.codegen_options))
                 return True
             except RayActorError:
                 if time.monotonic() > deadline:

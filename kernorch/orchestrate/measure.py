@@ -26,37 +26,13 @@ from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.measure_stats import MeasureStats
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import UNSETTLED, Record, TuningDB
-from kernorch.options import DEFAULT_PROVIDERS, Env
+from kernorch.codegen.version import CODEGEN_VERSION, codegen_version  # noqa: F401 - CODEGEN_VERSION re-exported
+from kernorch.options import DEFAULT_CODEGEN, DEFAULT_PROVIDERS, CodegenOptions, Env
 from kernorch.providers import MedianTimer, Provider, best_provider, default_providers
 from kernorch.providers.timing import Measurement, as_measurement
 from kernorch.providers.select import reason_or_none
 from kernorch.ir.tensors import to_torch
 
-# c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
-# c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
-# c21: kernels on 1-byte integers use 512-bit vectors where the ISA has them (KN_BYTES, codegen/c.py);
-# c20: a value compared with its own max/min (ArgMax, Hardmax, x == maxpool(x)) is stored once per kernel;
-# a kernel holding only the reduction or the comparison reads it from memory (codegen/extremes.py);
-# c19: GEMM tiles and dot products move vectors of the compiled ISA's width with typed unaligned loads and
-# stores (not memcpy: split by -mtune=sapphirerapids), rows summed in passes of 12 accumulators, partial
-# tiles specialized per row count (codegen/gemm_helpers.py);
-# c16: products of a small packed weight (gemm.ROWS_FIRST_BYTES) with many row blocks split rows only;
-# c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
-# products of a packed weight short along k split rows only (gemm.SHORT_K);
-# c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
-# staging tile, a reduce read through a permutation is
-# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
-# tiles (kn_gemm_tile16);
-# c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);
-# c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
-# c10: KxK (and strided 1x1) convolutions are generated GEMMs too, each pixel's window of the image a row of A;
-# c9: a 1x1 convolution's computed image (prologue) read channels-last makes pixel rows, computed per row block;
-# GEMM loads are not clamped (contiguous vector loads: one-row dot products 3-6x faster); constant GEMM weights
-# are packed once in panels;
-# c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
-# products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
-# c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-CODEGEN_VERSION = "c21"
 # What a kernel costs in a model run beyond its isolated timing: the executor's dispatch (Python,
 # ctypes, provider call) and waking a thread pool that another library's kernel just used. Measured
 # on EfficientViT-B0 (98 kernels): run time - sum of isolated kernel times ~= 25 us per kernel.
@@ -154,7 +130,7 @@ class MeasuredCost(PricedCandidates):
                  providers: Sequence[Provider] | None = None,
                  kernel_overhead_s: float = KERNEL_OVERHEAD_S, native_overhead_s: float | None = None,
                  roofline: Callable[[Candidate], float | None] | None = None, require_quiet: bool = False,
-                 cluster=None, env: Env | None = None) -> None:
+                 cluster=None, env: Env | None = None, codegen_options: CodegenOptions = DEFAULT_CODEGEN) -> None:
         self.g = g
         self.db = db
         self.kernel_overhead_s = kernel_overhead_s
@@ -162,6 +138,8 @@ class MeasuredCost(PricedCandidates):
         self._native_overhead_s = native_overhead_s
         self.env = env or Env.read()  # the settings the compile's entry point read (kernorch/options.py)
         self.threads = threads or self.env.threads
+        self.codegen_options = codegen_options
+        self.version = codegen_version(codegen_options)  # the database's version column for these prices
         self.batch = batch
         self.progress = progress
         self.stats = MeasureStats()
@@ -221,7 +199,7 @@ class MeasuredCost(PricedCandidates):
         key = self.region_key(cand)
         if key in self._memo:
             return self._memo[key]
-        known = self.db.get_many([key], self.target, CODEGEN_VERSION)
+        known = self.db.get_many([key], self.target, self.version)
         if key in known:
             self.stats.cached += 1
             self._remember(key, known[key])
@@ -263,7 +241,7 @@ class MeasuredCost(PricedCandidates):
     def prefetch(self, cands: Iterable[Candidate]) -> None:
         """Measure every candidate not yet in the database, here or on the cluster, and store each
         result as it arrives (this process is the database's one writer)."""
-        todo = self._unknown(cands, CODEGEN_VERSION)
+        todo = self._unknown(cands, self.version)
         if not todo:
             return
         items = list(todo.items())
@@ -338,7 +316,7 @@ class MeasuredCost(PricedCandidates):
         included (trust.merge): prices that decide between fusing and splitting (recheck.py) do
         not rest on one batch's luck; stored flagged ``retimed`` (a later compile: ``settled``)."""
         items = list({self.key(c): c for c in cands}.items())
-        best = self.db.get_many([k for k, _ in items], self.target, CODEGEN_VERSION)
+        best = self.db.get_many([k for k, _ in items], self.target, self.version)
         for _ in range(rounds):
             for k, recs in self.measure_items(items):
                 best[k] = trust.merge(best.get(k, {}), recs)
@@ -358,12 +336,12 @@ class MeasuredCost(PricedCandidates):
         if not items:
             return []
         try:
-            kernels = codegen.build_many(items, self.threads, env=self.env)
+            kernels = codegen.build_many(items, self.threads, env=self.env, options=self.codegen_options)
         except Exception:
             kernels = []
             for it in items:  # isolate the culprit
                 try:
-                    kernels.append(codegen.build_many([it], self.threads, env=self.env)[0])
+                    kernels.append(codegen.build_many([it], self.threads, env=self.env, options=self.codegen_options)[0])
                 except Exception as e:  # noqa: BLE001 - recorded as a build failure
                     kernels.append(e)
         return kernels
@@ -412,7 +390,7 @@ class MeasuredCost(PricedCandidates):
             self.stats.failures.append(f"{key[:12]} " + "; ".join(f"{r.provider} {r.status}: {r.detail}"
                                                                   for r in recs.values())[:400])
         for r in recs.values():
-            self.db.put(key, self.target, CODEGEN_VERSION, r)
+            self.db.put(key, self.target, self.version, r)
         self._remember(key, recs)
 
     @property

@@ -21,7 +21,7 @@ from kernorch.orchestrate.from_graph import chained_prims, dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.machine import cpu_model
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
-from kernorch.options import DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, Env, Options
+from kernorch.options import DEFAULT_CODEGEN, DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, CodegenOptions, Env, Options
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
@@ -60,13 +60,13 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
             cluster: Any = None, strict: bool = False, precision: str = "f32",
             accuracy_budget: float | None = None, calibration: Any = None, calibration_method: str = "minmax",
-            options: Options | None = None) -> CompiledModel:
+            codegen: CodegenOptions = DEFAULT_CODEGEN, options: Options | None = None) -> CompiledModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
     ``"ray:ADDRESS"``) measures candidates on a Ray cluster. One pipeline for every target
     (targets/): an option a target cannot honour is rejected. The keywords and the environment
     become one Options (kernorch/options.py), read here once; or pass ``options`` instead of the
-    keywords. See README "Python API"."""
+    keywords. See docs/PYTHON_API.md."""
     opts = _options(options, locals())
     _check_options(opts)
     tgt = targets.make(opts)
@@ -94,7 +94,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             plan, compiled = _faster_end_to_end(g, (plan, compiled), whole, tgt.threads, measured, ext, rep, original,
                                                 env=opts.env, reprice=in_context)
     if rep.plan_key and not rep.plan_reused and not plan.regions:
-        _remember_plan(opts, rep.plan_key, g, plan, measured.target)
+        _remember_plan(opts, rep.plan_key, g, plan, measured)
     if opts.strict and (rep.fallbacks or rep.failed):
         first = (rep.fallbacks or rep.failures or ["?"])[0]
         raise KernorchError(f"strict: {len(rep.fallbacks)} generated kernel(s) failed and {rep.failed} candidate(s) "
@@ -246,11 +246,11 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
     return g, plan, whole, measured, ext, rep, sources
 
 
-def _remember_plan(opts: Options, key: str, g: Graph, plan: Plan, target: str) -> None:
+def _remember_plan(opts: Options, key: str, g: Graph, plan: Plan, measured: MeasuredCost) -> None:
     """Keep the final plan in the tuning database for the next compile of this model (plan_cache.py)."""
     tdb = opts.db if isinstance(opts.db, TuningDB) else TuningDB(opts.db if opts.db is not None else opts.env.db_path)
     try:
-        plan_cache.remember(tdb, key, g, plan, target)
+        plan_cache.remember(tdb, key, g, plan, measured)
     finally:
         if tdb is not opts.db:
             tdb.close()

@@ -23,7 +23,7 @@ from kernorch.codegen.packing import TRANSFORMS
 from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import CompilerError, KernorchError
 from kernorch.ir.graph import Graph
-from kernorch.options import Env
+from kernorch.options import CodegenOptions, Env
 from kernorch.runtime import native, saved
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 
@@ -152,10 +152,15 @@ def _generate_again(r: saved.Reader, g: Graph, own: list, env: Env) -> list[tupl
     from kernorch.codegen.build import build_many
 
     out = []
-    for threads in sorted({saved.as_int(rec["threads"]) for _, rec, _, _ in own}):
-        batch = [(k, rec, members, outputs) for k, rec, members, outputs in own if rec["threads"] == threads]
+    def switches(rec: dict) -> CodegenOptions:
+        return CodegenOptions.from_changed(rec.get("codegen", {}))
+
+    for threads, options in {(saved.as_int(rec["threads"]), switches(rec)) for _, rec, _, _ in own}:
+        batch = [(k, rec, members, outputs) for k, rec, members, outputs in own
+                 if rec["threads"] == threads and switches(rec) == options]
         try:
-            built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads, env=env)
+            built = build_many([(g, members, outputs) for _, _, members, outputs in batch], threads, env=env,
+                               options=options)
         except CompilerError as e:
             raise KernorchError(f"{e} (load(..., trust_libraries=True) runs the saved libraries, no compiler)") from None
         for (k, rec, _, _), kern in zip(batch, built):
@@ -171,7 +176,7 @@ def _kernel_record(kern, w: saved.Writer) -> dict:
     """What rebuilds a CPU kernel, by its kind (the class that runs it, not its provider's name)."""
     if isinstance(kern, CKernel):
         return {"kind": "c", "inputs": list(kern.inputs), "function": kern.spec.name, "threads": kern.num_threads,
-                "workspace": kern.spec.workspace, "key": kern.spec.key,
+                "workspace": kern.spec.workspace, "key": kern.spec.key, "codegen": kern.spec.options.changed(),
                 "packs": [[pos, list(perm), panel, transform] for pos, perm, panel, transform in kern.spec.packs],
                 "lib": w.blob(Path(kern.lib._name).read_bytes(), "so"), "source": w.blob(kern.source.encode(), "c")}
     if isinstance(kern, ProviderKernel):
@@ -210,7 +215,8 @@ def _load_c(r: saved.Reader, g: Graph, rec: dict, members: set[int], outputs: li
         raise KernorchError(f"implausible threads {threads} or workspace {workspace}")
     packs = tuple(_pack(p, inputs, g) for p in rec.get("packs", []))
     spec = KernelSpec(name=name, args=(), body=(), sizes=(), inputs=tuple(inputs), outputs=tuple(outputs),
-                      key=str(rec["key"]), workspace=workspace, packs=packs)
+                      key=str(rec["key"]), workspace=workspace, packs=packs,
+                      options=CodegenOptions.from_changed(rec.get("codegen", {})))
     lib = load_library(r.blob_path(rec["lib"]).resolve())
     return CKernel(spec, library_function(lib, name), lib, source, threads, g.types)
 

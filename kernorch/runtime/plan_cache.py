@@ -23,7 +23,6 @@ from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import multi_output
 from kernorch.orchestrate.dag import Dag
 from kernorch.orchestrate.knobs import Knobs
-from kernorch.orchestrate.measure import CODEGEN_VERSION
 from kernorch.orchestrate.plan import Plan, PlanError, build_plan, check_plan
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
@@ -45,7 +44,7 @@ def reuse(db: TuningDB, key: str, g: Graph, dag: Dag, measured) -> Plan | None:
     there is none or it can no longer be used."""
     if db.distrusted:  # kernorch db retune: the compile is there to measure those kernels again
         return None
-    rec = db.get(key, measured.target, CODEGEN_VERSION).get(PROVIDER)
+    rec = db.get(key, measured.target, measured.version).get(PROVIDER)
     if rec is None or rec.status != PROVIDER:
         return None
     order = [p.output for p in g.prims]
@@ -54,7 +53,7 @@ def reuse(db: TuningDB, key: str, g: Graph, dag: Dag, measured) -> Plan | None:
     except (ValueError, TypeError, IndexError, KeyError):
         return None
     keys = [measured.key(c) for c in kernels]
-    stored = db.get_many(keys, measured.target, CODEGEN_VERSION)
+    stored = db.get_many(keys, measured.target, measured.version)
     if not kernels or not all(any(r.ok for r in stored.get(k, {}).values()) for k in keys):
         return None
     measured.prefetch(kernels)  # every price is in the database: read, not measured
@@ -69,8 +68,8 @@ def reuse(db: TuningDB, key: str, g: Graph, dag: Dag, measured) -> Plan | None:
     return plan
 
 
-def remember(db: TuningDB, key: str, g: Graph, plan: Plan, target: str) -> None:
-    """Store ``plan`` (one without provider regions) under ``key``."""
+def remember(db: TuningDB, key: str, g: Graph, plan: Plan, measured) -> None:
+    """Store ``plan`` (one without provider regions) under ``key``, beside ``measured``'s prices."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
     detail = json.dumps([sorted(pos[v] for v in c.nodes) for c in plan.kernels])
-    db.put(key, target, CODEGEN_VERSION, Record(PROVIDER, None, PROVIDER, detail))  # not a price
+    db.put(key, measured.target, measured.version, Record(PROVIDER, None, PROVIDER, detail))  # not a price

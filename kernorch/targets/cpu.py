@@ -10,7 +10,7 @@ from typing import Sequence
 from kernorch import codegen
 from kernorch.errors import KernorchError
 from kernorch.ir.graph import Graph
-from kernorch.options import PRECISIONS, Env, Options
+from kernorch.options import DEFAULT_CODEGEN, PRECISIONS, CodegenOptions, Env, Options
 from kernorch.orchestrate.cluster import cluster_from
 from kernorch.orchestrate.cost import RooflineCost, calibrate
 from kernorch.orchestrate.measure import MeasuredCost, external_providers, ordered_outputs
@@ -68,14 +68,16 @@ class CpuTarget(Target):
         ext = external_providers(self.threads, self.provider_names, self.bf16_tolerance)
         with cluster_from(self.cluster, self.env) as workers:
             yield MeasuredCost(g, db, threads=self.threads, providers=ext, roofline=rough,
-                               require_quiet=self.require_quiet, cluster=workers, env=self.env)
+                               require_quiet=self.require_quiet, cluster=workers, env=self.env,
+                               codegen_options=self.options.codegen)
 
     def build(self, g, plan, measured, providers):
-        return build_kernels(g, plan, self.threads, measured, providers, self.env), []
+        return build_kernels(g, plan, self.threads, measured, providers, self.env, self.options.codegen), []
 
 
 def build_kernels(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | None = None,
-                  providers: Sequence[Provider] | None = None, env: Env | None = None) -> list:
+                  providers: Sequence[Provider] | None = None, env: Env | None = None,
+                  codegen_options: CodegenOptions = DEFAULT_CODEGEN) -> list:
     """Every kernel of the plan built with the provider that won its measurement: kernorch's own
     code generator in one compiler call (C kernels), the others one by one (their BuiltKernels)."""
     pos = {p.output: i for i, p in enumerate(g.prims)}
@@ -97,7 +99,7 @@ def build_kernels(g: Graph, plan: Plan, threads: int, measured: MeasuredCost | N
             chosen.append(next((p for p in able if p.own_pool), able[0]).name)
     own = [k for k, name in enumerate(chosen) if name == "codegen"]
     built = codegen.build_many([(g, set(plan.kernels[k].nodes), ordered_outputs(pos, plan.kernels[k])) for k in own],
-                               threads, env=env)
+                               threads, env=env, options=codegen_options)
     kernels: list = [None] * len(plan.kernels)
     for k, kern in zip(own, built):
         kernels[k] = kern

@@ -24,7 +24,7 @@ import torch
 from kernorch import codegen
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
-from kernorch.options import Env
+from kernorch.options import DEFAULT_CODEGEN, CodegenOptions, Env
 
 # (label, case): a ViT-Tiny projection, a ResNet-50 1x1 convolution NCHW and channels-last
 CALIBRATION = (("matmul", "matmul", (197, 192, 768)), ("conv1x1", "conv", (64, 256, 3136)),
@@ -48,10 +48,12 @@ def median_us(fn: Callable[[], object], repeat: int, before: Callable[[], object
     return statistics.median(times) * 1e6
 
 
-def _generated(b: Builder, y: int, threads: int, feeds: list[np.ndarray], env: Env | None) -> Callable[[], object]:
+def generated_call(b: Builder, y: int, threads: int, feeds: list[np.ndarray], env: Env | None,
+                   options: CodegenOptions = DEFAULT_CODEGEN) -> Callable[[], object]:
+    """A call of the C kernel generated for all of ``b``'s graph (output ``y``) on ``feeds``."""
     b.g.outputs = [y]
     members = {p.output for p in b.g.prims}
-    kernel = codegen.build_kernel(b.g, members, [y], num_threads=threads, env=env)
+    kernel = codegen.build_kernel(b.g, members, [y], num_threads=threads, env=env, options=options)
     if kernel.provider != "c":
         raise RuntimeError(f"the product was not generated as C ({kernel.provider})")
     values = dict(zip(b.g.inputs, feeds))
@@ -68,7 +70,7 @@ def matmul_case(m: int, k: int, n: int, threads: int, rng, env: Env | None = Non
     bias = rng.standard_normal(n).astype(np.float32)
     b = Builder()
     y = b.binary(Op.ADD, b.matmul(b.input((1, m, k)), b.constant(w)), b.constant(bias))
-    gen = _generated(b, y, threads, [x], env)
+    gen = generated_call(b, y, threads, [x], env)
     xt, wt, bt = torch.from_numpy(x[0]), torch.from_numpy(w), torch.from_numpy(bias)
     packed = torch.ops.mkldnn._reorder_linear_weight(wt.t().contiguous(), m)
     out = torch.empty(m, n)
@@ -83,7 +85,7 @@ def conv_case(cout: int, cin: int, hw: int, threads: int, rng, env: Env | None =
     bias = rng.standard_normal(cout).astype(np.float32)
     b = Builder()
     y = b.conv(b.input(x.shape), b.constant(w), b.constant(bias), ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
-    gen = _generated(b, y, threads, [x], env)
+    gen = generated_call(b, y, threads, [x], env)
     xt, wt, bt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
     packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [0, 0], [1, 1], [1, 1], 1, list(x.shape))
     out = torch.empty(cout, hw)
@@ -102,7 +104,7 @@ def conv_nhwc_case(cout: int, cin: int, hw: int, threads: int, rng, env: Env | N
     b = Builder()
     xv = b.permute(b.input(x.shape), (0, 3, 1, 2))
     y = b.conv(xv, b.constant(w), b.constant(bias), ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1))
-    gen = _generated(b, b.permute(y, (0, 2, 3, 1)), threads, [x], env)
+    gen = generated_call(b, b.permute(y, (0, 2, 3, 1)), threads, [x], env)
     xt = torch.from_numpy(x).permute(0, 3, 1, 2)  # NCHW view of channels-last memory
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
     packed = torch.ops.mkldnn._reorder_convolution_weight(wt, [0, 0], [1, 1], [1, 1], 1, list(xt.shape))

@@ -14,6 +14,7 @@ from kernorch.codegen.feasible import kernel_prims
 from kernorch.ir import interp, oracle
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
+from kernorch.options import CodegenOptions
 
 
 def _conv(n=1, h=7, w=30, cin=24, cout=40, pads=(1, 1, 1, 1), kernel=(3, 3), strides=(1, 1), bias=True,
@@ -82,10 +83,10 @@ def test_other_convolutions_stay_gemms(built, name):
     assert ok, detail
 
 
-def test_switched_off_is_the_direct_gemm(monkeypatch):
-    monkeypatch.setattr(winograd, "WINOGRAD", False)
+def test_switched_off_is_the_direct_gemm():
     g, members, outputs = CASES["one_block_residual"]()
-    spec = codegen.lower(g, members, outputs, num_threads=THREADS)
+    assert any("Winograd" in n for n in codegen.lower(g, members, outputs, num_threads=THREADS).notes)
+    spec = codegen.lower(g, members, outputs, num_threads=THREADS, options=CodegenOptions(winograd=False))
     assert not any("Winograd" in n for n in spec.notes)
 
 

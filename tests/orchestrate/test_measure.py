@@ -86,8 +86,9 @@ class FakeCodegen:
         self.asked.append((g, set(members), list(outputs)))
         return self.can(set(members))
 
-    def build_many(self, items, threads, env=None):
+    def build_many(self, items, threads, env=None, options=None):
         self.envs.append((threads, env))
+        self.options = options
         self.batches.append([sorted(m) for _, m, _ in items])
         return [self.make(*it) for it in items]
 
@@ -295,7 +296,7 @@ def test_a_failed_batch_is_built_again_one_by_one(tmp_path, monkeypatch):
     cands = _cands(g, [n], [e], [n, e])
 
     class Picky(FakeCodegen):
-        def build_many(self, items, threads, env=None):
+        def build_many(self, items, threads, env=None, options=None):
             self.envs.append((threads, env))
             self.batches.append([sorted(m) for _, m, _ in items])
             if any(m == {e} for _, m, _ in items):

@@ -1,0 +1,41 @@
+"""The code generator's version: part of the key of every price, kept plan and saved kernel check.
+
+Bump CODEGEN_VERSION when generated code changes for the same kernel (its price no longer holds);
+a non-default CodegenOptions (kernorch/options.py) adds its own tag, so code generated with a switch
+flipped is priced apart from the default code.
+"""
+
+from __future__ import annotations
+
+from kernorch.options import CodegenOptions
+
+# c18: small window sums (average pools) are written out tap by tap where they are read (codegen/window.py);
+# c17: 3x3 convolutions with unit strides are Winograd F(6,3) along rows (codegen/winograd.py);
+# c21: kernels on 1-byte integers use 512-bit vectors where the ISA has them (KN_BYTES, codegen/c.py);
+# c20: a value compared with its own max/min (ArgMax, Hardmax, x == maxpool(x)) is stored once per kernel;
+# a kernel holding only the reduction or the comparison reads it from memory (codegen/extremes.py);
+# c19: GEMM tiles and dot products move vectors of the compiled ISA's width with typed unaligned loads and
+# stores (not memcpy: split by -mtune=sapphirerapids), rows summed in passes of 12 accumulators, partial
+# tiles specialized per row count (codegen/gemm_helpers.py);
+# c16: products of a small packed weight (CodegenOptions.gemm_rows_first_bytes) with many row blocks split rows only;
+# c15: a convolution's row blocks of windows inside the image are read in place (kn_window_tile), not copied;
+# products of a packed weight short along k split rows only (CodegenOptions.gemm_short_k);
+# c14: a GEMM tile prefetches the next panel of a packed weight, NCHW outputs 2 KiB-strided go through a
+# staging tile, a reduce read through a permutation is
+# computed in the permuted order (codegen/reduce_order.py); c13: products of at most 16 columns use 12x16
+# tiles (kn_gemm_tile16);
+# c12: dot products of a few output channels run 2 or 4 pixels at a time, accumulators in registers (kn_dots);
+# c11: layout conversions transpose whole 16x16 tiles in registers (codegen/transpose.py);
+# c10: KxK (and strided 1x1) convolutions are generated GEMMs too, each pixel's window of the image a row of A;
+# c9: a 1x1 convolution's computed image (prologue) read channels-last makes pixel rows, computed per row block;
+# GEMM loads are not clamped (contiguous vector loads: one-row dot products 3-6x faster); constant GEMM weights
+# are packed once in panels;
+# c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
+# products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
+# c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
+CODEGEN_VERSION = "c21"
+
+
+def codegen_version(options: CodegenOptions) -> str:
+    """CODEGEN_VERSION, and the hash of the switches ``options`` changes from their defaults."""
+    return CODEGEN_VERSION + options.tag()
