@@ -9,59 +9,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from typing import Sequence
 
+from kernorch import __version__
+from kernorch.cli_common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, add_model_args, parse_input_shapes, positive_int
+from kernorch.cli_db import add_db_commands
+from kernorch.cli_run import add_commands
 from kernorch.errors import DynamicShapeError, KernorchError
+from kernorch.options import Env
 
-EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+# The commands' heavy modules (onnx, torch, the code generator) are imported inside the command that
+# needs them, so that `kernorch --help` and a usage error load none of them.
 
 
 # ---------------------------------------------------------------------------------------------
-# shared options
+# shared helpers
 # ---------------------------------------------------------------------------------------------
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="path to an .onnx file")
-    p.add_argument("--input-shape", metavar="NAME=D0,D1,...", action="append", default=[],
-                   help="pin the shape of an input with dynamic dimensions (repeatable)")
-
-
-def parse_input_shapes(specs: Sequence[str]) -> dict[str, list[int]]:
-    """``["x=1,3,224,224"]`` -> ``{"x": [1, 3, 224, 224]}``; one-line error on a malformed spec."""
-    out: dict[str, list[int]] = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition("=")
-        try:
-            shape = [int(d) for d in dims.split(",")]
-        except ValueError:
-            shape = None
-        if not sep or not name or shape is None or any(d <= 0 for d in shape):
-            raise KernorchError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with positive integers")
-        out[name] = shape
-    return out
-
 
 def _import(args) -> tuple:
-    from kernorch.frontend.onnx_import import import_onnx
+    from kernorch.frontend.onnx_import import import_onnx  # lazy: onnx; `kernorch --help` stays fast
 
     shapes = parse_input_shapes(args.input_shape) or None
     t0 = time.perf_counter()
     graph, report = import_onnx(args.model, input_shapes=shapes)
     return graph, report, time.perf_counter() - t0
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a positive integer, else argparse's one-line usage error (exit 2)."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def _cli_message(e: KernorchError) -> str:
@@ -78,7 +54,7 @@ def _cli_message(e: KernorchError) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_inspect(args) -> int:
-    from kernorch.frontend.summary import summarize
+    from kernorch.frontend.summary import summarize  # lazy: onnx; `kernorch --help` stays fast
 
     graph, report, secs = _import(args)
     s = summarize(graph, report, secs)
@@ -98,28 +74,11 @@ def cmd_inspect(args) -> int:
     _table(f"primitives by kind ({s.prims})", s.prims_by_kind)
     _table(f"opaque ops, kept whole ({sum(s.opaque.values())})", s.opaque)
     if args.segments:
-        _print_segments(graph, args)
+        from kernorch.runtime.segments import segment_lines  # lazy: torch (the rewrites); as above
+
+        for line in segment_lines(graph):
+            print(line)
     return EXIT_OK
-
-
-def _print_segments(graph, args) -> None:
-    """The orchestrator's automatic segments (after the default rewrites), as the solver sees them."""
-    from kernorch.orchestrate.from_graph import dag_from_graph
-    from kernorch.orchestrate.knobs import Knobs
-    from kernorch.orchestrate.partition import partition
-    from kernorch.rewrite.pipeline import apply_rewrites
-
-    g, _ = apply_rewrites(graph)
-    knobs = Knobs()
-    segs = partition(dag_from_graph(g).without_dead(), max_segment_nodes=knobs.max_segment_nodes,
-                     max_cut_width=knobs.max_cut_width, max_kernel_nodes=knobs.max_kernel_nodes)
-    sizes = sorted(len(sg.nodes) for sg in segs)
-    forced = sum(sg.forced for sg in segs)
-    print(f"\nsegments ({len(segs)}; after rewrites {len(g.prims)} prims; max_segment_nodes={knobs.max_segment_nodes}, "
-          f"max_cut_width={knobs.max_cut_width})")
-    print(f"  sizes min/median/max  {sizes[0]}/{sizes[len(sizes) // 2]}/{sizes[-1]}; {forced} cut(s) not narrow")
-    for k, sg in enumerate(segs):
-        print(f"  #{k:<4} {len(sg.nodes):>5} prims  cut width {sg.width}{'  (forced)' if sg.forced else ''}")
 
 
 def _table(title: str, rows: dict[str, int]) -> None:
@@ -144,8 +103,8 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_check(args) -> int:
-    from kernorch.frontend.inputs import describe_inputs, random_inputs
-    from kernorch.frontend.reference import compare, run_interpreter, run_onnxruntime
+    from kernorch.frontend.inputs import describe_inputs, random_inputs  # lazy: ml_dtypes, scipy; as above
+    from kernorch.frontend.reference import compare, run_interpreter, run_onnxruntime  # lazy: onnx; as above
 
     graph, report, secs = _import(args)
     feeds = random_inputs(graph, seed=args.seed)
@@ -180,8 +139,7 @@ def cmd_check(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_doctor(args) -> int:
-    from kernorch.options import Env
-    from kernorch.runtime.doctor import report
+    from kernorch.runtime.doctor import report  # lazy: torch and the code generator; `kernorch --help` stays fast
 
     env = Env.read()
     print(report(args.threads or env.threads, env, refresh=args.refresh))
@@ -189,8 +147,6 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kernorch import __version__
-
     p = argparse.ArgumentParser(prog="kernorch", description="Optimal kernel orchestration for ONNX / PyTorch models.")
     p.add_argument("--version", action="version", version=f"kernorch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -198,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("inspect", help="import a model and print what kernorch sees",
                        description="Import MODEL (fission into primitives) and print its ONNX op histogram, "
                                    "primitive counts by kind, opaque ops, graph width and import time.")
-    _add_model_args(q)
+    add_model_args(q)
     q.add_argument("--json", action="store_true", help="print the summary as JSON")
     q.add_argument("--segments", action="store_true", help="also list the orchestrator's automatic segments")
     q.set_defaults(func=cmd_inspect)
@@ -207,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Import MODEL, run the primitive graph through the reference interpreter "
                                    "and the ONNX model through onnxruntime on the same seeded random inputs, "
                                    "and compare every output. Exit status 1 on a mismatch.")
-    _add_model_args(q)
+    add_model_args(q)
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     q.add_argument("--tol", type=float, default=1e-4,
                    help="mismatch when max abs err > TOL * max(1, max|ref|) (default 1e-4)")
@@ -222,19 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--refresh", action="store_true", help="measure the GEMM check again")
     q.set_defaults(func=cmd_doctor)
 
-    from kernorch.cli_run import add_commands
-
-    add_commands(sub, _add_model_args)
-    from kernorch.cli_db import add_db_commands
-
-    add_db_commands(sub, _add_model_args)
+    add_commands(sub, add_model_args)
+    add_db_commands(sub, add_model_args)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import warnings
-
     # NumPy's floating-point notes raised inside kernorch (inf - inf while comparing a candidate
     # with the reference, an empty timing series) are handled there; they are not the user's news.
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"kernorch\.")
@@ -244,8 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kernorch: error: {_cli_message(e)}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:  # `kernorch show DIR | head`: the reader left; no traceback at exit either
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt:

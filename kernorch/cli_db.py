@@ -12,7 +12,13 @@ import collections
 import time
 from pathlib import Path
 
+import kernorch
+from kernorch.cli_common import parse_input_shapes, positive_int
 from kernorch.errors import KernorchError
+from kernorch.options import Env
+from kernorch.orchestrate.db_merge import export_rows, merge_rows, read_rows
+from kernorch.orchestrate.trust import doubt
+from kernorch.orchestrate.tuning_db import TuningDB, default_path
 
 # A price measured while other processes kept at least this many cores busy is suspect: the
 # machine was shared, even when no sample was visibly preempted (hyperthread siblings, caches).
@@ -20,8 +26,6 @@ BUSY_LOAD = 0.5
 
 
 def add_db_commands(sub, add_model_args) -> None:
-    from kernorch.cli import positive_int
-
     q = sub.add_parser("tune", help="measure what compiling the models would measure, without building",
                        description="Fill the tuning database for MODEL(s) (what `compile` would measure), here or "
                                    "on a Ray cluster (--ray), without building compiled models.")
@@ -76,8 +80,6 @@ def _add_tuning_args(q, positive_int) -> None:
 
 def suspicious(db) -> list[tuple[object, str]]:
     """(row, reason) for every stored price that should not be trusted."""
-    from kernorch.orchestrate.trust import doubt
-
     out = []
     for row in db.rows():
         why = doubt(row.record)
@@ -90,8 +92,6 @@ def suspicious(db) -> list[tuple[object, str]]:
 
 
 def _open(path):
-    from kernorch.orchestrate.tuning_db import TuningDB, default_path
-
     p = Path(path) if path else default_path()
     if not p.exists():
         raise KernorchError(f"tuning database {p} does not exist (nothing has been tuned into it yet)")
@@ -135,9 +135,6 @@ def cmd_db_check(args) -> int:
 
 
 def cmd_db_transfer(args) -> int:
-    from kernorch.orchestrate.db_merge import export_rows, merge_rows, read_rows
-    from kernorch.orchestrate.tuning_db import TuningDB, default_path
-
     if args.action == "export":
         with _open(args.db) as db:
             n = export_rows(db, args.paths[0])
@@ -158,9 +155,8 @@ def cmd_db_transfer(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from kernorch.cli import parse_input_shapes
-    from kernorch.orchestrate.cluster import cluster_from
-    from kernorch.runtime.compile import tune
+    from kernorch.orchestrate.cluster import cluster_from  # lazy: torch, the providers; `kernorch --help` stays fast
+    from kernorch.runtime.compile import tune  # lazy: torch, the code generator; as above
 
     kw = {} if args.providers is None else {"providers": tuple(p for p in args.providers.split(",") if p)}
     shapes = parse_input_shapes(args.input_shape) or None
@@ -175,11 +171,8 @@ def cmd_tune(args) -> int:
 
 
 def cmd_db_retune(args) -> int:
-    import kernorch
-    from kernorch.cli import parse_input_shapes
-    from kernorch.options import Env
-    from kernorch.orchestrate.machine import target_name
-    from kernorch.orchestrate.measure import CODEGEN_VERSION
+    from kernorch.orchestrate.machine import target_name  # lazy: the code generator; `kernorch --help` stays fast
+    from kernorch.orchestrate.measure import CODEGEN_VERSION  # lazy: torch, the code generator; as above
 
     env = Env.read()  # this command's entry point: the environment read once
     threads = args.threads or env.threads

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+import kernorch
+from kernorch.cli_common import parse_input_shapes, positive_int
 from kernorch.errors import InputError, KernorchError
 from kernorch.options import PRECISIONS
 
@@ -20,8 +22,6 @@ SUMMARY = "summary.txt"    # what `kernorch show` prints, written at compile tim
 
 
 def add_commands(sub, add_model_args) -> None:
-    from kernorch.cli import positive_int
-
     q = sub.add_parser("compile", help="tune and compile a model into a directory",
                        description="Import MODEL, orchestrate its kernels on measured (or modelled) costs, "
                                    "build them and save the compiled model to DIR. Measured costs are kept in "
@@ -140,8 +140,6 @@ def check_output_dir(path: str) -> Path:
 
 
 def cmd_compile(args) -> int:
-    from kernorch.cli import parse_input_shapes
-
     shapes = parse_input_shapes(args.input_shape) or None
     created = not Path(args.output).exists()
     out = check_output_dir(args.output)
@@ -154,8 +152,6 @@ def cmd_compile(args) -> int:
 
 
 def _compile(args, shapes, out: Path) -> int:
-    import kernorch
-
     kw = {}
     if args.rewrites is not None:
         kw["rewrites"] = tuple(r for r in args.rewrites.split(",") if r)
@@ -177,8 +173,8 @@ def _compile(args, shapes, out: Path) -> int:
         raise KernorchError(f"-o {args.output}: cannot save the compiled model ({e.strerror or e})") from None
     comparison = None
     if not args.no_compare and args.target == "cpu":
-        from kernorch.frontend.inputs import random_inputs
-        from kernorch.runtime.benchmark import compare
+        from kernorch.frontend.inputs import random_inputs  # lazy: ml_dtypes, scipy; `kernorch --help` stays fast
+        from kernorch.runtime.benchmark import compare  # lazy: torch, the code generator; as above
 
         feeds = random_inputs(model.graph, seed=0)
         comparison = compare(model, feeds, out / SOURCE, threads=args.threads, seconds=1.0, warmup=3)
@@ -186,7 +182,7 @@ def _compile(args, shapes, out: Path) -> int:
     if args.quiet:
         print(_last_line(model, args.model, out, secs, comparison))
         return 0
-    from kernorch.runtime.summary import kernel_table, plain_summary
+    from kernorch.runtime.summary import kernel_table, plain_summary  # lazy: `import kernorch.cli` loads no runtime
 
     print(f"kernorch compiled {args.model} -> {out}")
     for line in plain_summary(model, comparison, time.perf_counter() - t_start):
@@ -199,7 +195,7 @@ def _compile(args, shapes, out: Path) -> int:
 
 
 def _last_line(model, source, out, secs, comparison) -> str:
-    from kernorch.runtime.summary import what_ran_where
+    from kernorch.runtime.summary import what_ran_where  # lazy: `import kernorch.cli` loads no runtime
 
     line = f"compiled {source} -> {out} in {secs:.1f} s: {what_ran_where(model)}"
     x = comparison.speedup() if comparison is not None else None
@@ -209,7 +205,7 @@ def _last_line(model, source, out, secs, comparison) -> str:
 
 
 def _write_summary(model, out: Path, source: str) -> None:
-    from kernorch.runtime.summary import kernel_table, plain_summary
+    from kernorch.runtime.summary import kernel_table, plain_summary  # lazy: `import kernorch.cli` loads no runtime
 
     text = "\n".join([f"compiled model of {source}", *plain_summary(model), "", kernel_table(model), ""])
     try:
@@ -253,7 +249,7 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:
-    from kernorch.frontend.inputs import random_inputs
+    from kernorch.frontend.inputs import random_inputs  # lazy: ml_dtypes, scipy; `kernorch --help` stays fast
 
     given = {}
     for spec in specs:
@@ -270,8 +266,6 @@ def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:
 
 
 def _load(args):
-    import kernorch
-
     threads = getattr(args, "threads", None)
     if threads:
         import torch
@@ -315,8 +309,8 @@ def cmd_run(args) -> int:
 
 
 def _compare(model, feeds, args) -> int:
-    from kernorch.runtime.benchmark import compare
-    from kernorch.runtime.summary import latency_lines
+    from kernorch.runtime.benchmark import compare  # lazy: torch, the code generator; `kernorch --help` stays fast
+    from kernorch.runtime.summary import latency_lines  # lazy: `import kernorch.cli` loads no runtime
 
     source = Path(args.dir) / SOURCE
     seconds = None if args.repeat and args.time is None else (args.time if args.time is not None else 3.0)
@@ -333,7 +327,7 @@ def _compare(model, feeds, args) -> int:
 
 
 def cmd_show(args) -> int:
-    from kernorch.runtime.summary import kernel_table, plain_summary
+    from kernorch.runtime.summary import kernel_table, plain_summary  # lazy: `import kernorch.cli` loads no runtime
 
     model = _load(args)
     print(f"compiled model {args.dir}")
@@ -365,7 +359,7 @@ def _type(model, name: str, is_input: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def cmd_report(args) -> int:
-    from kernorch.runtime.html_report import write_report
+    from kernorch.runtime.html_report import write_report  # lazy: torch, compile(); `kernorch --help` stays fast
 
     page = Path(args.output) if args.output else Path(args.dir) / "report.html"
     png = Path(args.png) if args.png else page.with_suffix(".png")

@@ -30,9 +30,12 @@ ALLOWED = {
     "errors": set(),
     "options": {"errors"},  # the settings of a compile, read once: below every layer that takes them
     "__main__": {"cli"},
-    "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_run", "cli_db"},
-    "cli_run": BELOW_RUNTIME | {"runtime", "__init__", "cli"},   # the compile / run subcommands
-    "cli_db": BELOW_RUNTIME | {"runtime", "__init__", "cli"},    # the tune / db subcommands
+    # the command: cli.py (parser, inspect / check / doctor) over its two subcommand modules, all three over
+    # cli_common (what they share), which imports none of them: no cycle among the command's modules
+    "cli": BELOW_RUNTIME | {"runtime", "__init__", "cli_common", "cli_run", "cli_db"},
+    "cli_run": BELOW_RUNTIME | {"runtime", "__init__", "cli_common"},   # the compile / run subcommands
+    "cli_db": BELOW_RUNTIME | {"runtime", "__init__", "cli_common"},    # the tune / db subcommands
+    "cli_common": {"errors"},  # exit statuses, the model arguments, argument types
     "__init__": BELOW_RUNTIME | {"runtime"},
 }
 SOLVER = "kernorch.orchestrate.solver"
