@@ -27,7 +27,7 @@ from onnx.backend.test.case.node import collect_testcases
 from onnx.backend.test.loader import load_model_tests
 
 import kernorch
-from kernorch.fission.registry import load_rules
+from kernorch.fission.rules import load_rules
 from kernorch.frontend.backend import KernorchBackend, KernorchRep
 from kernorch.ir.tensors import to_numpy
 

@@ -3,6 +3,9 @@
 A rule receives a ``NodeContext`` (the node, a Builder whose prims carry the node's name as their
 origin, the node's input values) and returns one value per node output. Rules never optimize or
 fuse; they only say what the operator means in primitives.
+
+The rule modules (fission/rules/) import this registry and register themselves; the full table is
+``fission.rules.load_rules()``: importing that package is what registers every rule.
 """
 
 from __future__ import annotations
@@ -84,10 +87,3 @@ class NodeContext:
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op_type} node {self.node.name!r}: {why}")
-
-
-def load_rules() -> dict[str, Rule]:
-    """Import every rule module (registration is an import side effect) and return the table."""
-    from kernorch.fission import rules  # noqa: F401
-
-    return RULES

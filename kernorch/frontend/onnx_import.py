@@ -17,11 +17,12 @@ import onnx
 from onnx import numpy_helper
 
 from kernorch.errors import DynamicShapeError, ModelLoadError, UnsupportedOpError
-from kernorch.fission.registry import NodeContext, load_rules
-from kernorch.ir import interp
+from kernorch.fission.registry import NodeContext
+from kernorch.fission.rules import load_rules
+from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder, Graph, GraphError, TensorType, verify
 from kernorch.ir.layout import GatherIndexError
-from kernorch.ir.prims import Op, OpaqueAttrs, Prim
+from kernorch.ir.prims import Op, OpaqueAttrs, Prim, ViewAttrs
 
 FOLD_LIMIT_ELEMENTS = 1 << 24  # never fold constants bigger than this (64 MiB of float32)
 # Nodes left as prims on constant inputs: a dequantized weight's integers are what a quantized
@@ -205,9 +206,6 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
 
 def _copy(g: Graph, v: int) -> int:
     """An explicit copy prim, so that every graph output is produced by some kernel."""
-    from kernorch.ir import layout
-    from kernorch.ir.prims import Op, ViewAttrs
-
     b = Builder(g, origin="output_copy")
     return b.prim(Op.VIEW, [v], ViewAttrs(layout.identity(b.shape(v))))
 
