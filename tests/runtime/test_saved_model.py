@@ -194,9 +194,11 @@ def test_packed_weights_round_trip(tmp_path):
     assert np.array_equal(kernorch.load(d, trust_libraries=True)(x.numpy()), got)
 
 
-def test_winograd_weights_round_trip(tmp_path):
+@pytest.mark.parametrize("winograd", [True, False])
+def test_winograd_weights_round_trip(tmp_path, winograd):
     """A Winograd convolution reads its weight transformed once (codegen/winograd.py): the
-    transform is saved with the kernel and both loaders rebuild it."""
+    transform is saved with the kernel and both loaders rebuild it. Compiled with Winograd off
+    (CodegenOptions), the kernels record it and loading generates the direct GEMM again."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(1)
 
@@ -210,12 +212,14 @@ def test_winograd_weights_round_trip(tmp_path):
 
     net, x = ChannelsLast().eval(), torch.randn(1, 10, 26, 16)
     model = kernorch.compile(net, x, cost="model", regions=False, providers=(), threads=2, progress=False,
-                             db=tmp_path / "db.sqlite")
-    assert any(getattr(k, "source", "").count("kn_wino_tile(") > 1 for k in model.executable.kernels)
+                             db=tmp_path / "db.sqlite", codegen=kernorch.CodegenOptions(winograd=winograd))
+    assert any(getattr(k, "source", "").count("kn_wino_tile(") > 1 for k in model.executable.kernels) == winograd
     got = model(x.numpy())
     assert np.abs(got - net(x).detach().numpy()).max() <= 1e-4
     d = model.save(tmp_path / "winograd")
     record = json.loads((d / "model.json").read_text())
-    assert any(p[3] == "winograd63" for k in record["kernels"] for p in k.get("packs", []))
+    assert any(p[3] == "winograd63" for k in record["kernels"] for p in k.get("packs", [])) == winograd
+    assert all(k.get("codegen") == ({} if winograd else {"winograd": False}) for k in record["kernels"]
+               if k["kind"] == "c")
     assert np.array_equal(kernorch.load(d)(x.numpy()), got)
     assert np.array_equal(kernorch.load(d, trust_libraries=True)(x.numpy()), got)
