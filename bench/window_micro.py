@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from kernorch.codegen import winograd
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
 from kernorch.options import CodegenOptions

@@ -1,8 +1,8 @@
 """Which candidate kernels the code generator can produce, with a reason when it cannot.
 
 Cheap and compile-free: the orchestrator asks for every candidate. A candidate is one of
-- a C kernel: elementwise, reduce, broadcast and layout prims, convolutions with few taps
-  per output (stencil.py), or one matmul or 1x1 convolution with its epilogue (gemm.py);
+- a C kernel: elementwise, reduce, broadcast and layout prims, and the linear prims a kernel
+  template of templates.py writes itself (a GEMM with its epilogue, Winograd, stencils);
 - a linear kernel: one MATMUL/CONV/CONV_TRANSPOSE plus free views and a bias add (linear.py);
 - an opaque kernel: exactly one OPAQUE prim.
 Whatever builds it, a kernel holding a max/min reduction or a comparison of a value with it, but
@@ -11,51 +11,16 @@ not both, reads that value rather than computing it (extremes.py, Note [extreme 
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, Iterable, Sequence
 
-from kernorch.codegen import extremes, stencil
-from kernorch.codegen.scalar import BAD_ON_BOOL, DTYPES
-from kernorch.errors import KernorchError
+from kernorch.codegen import extremes, linear, templates
+from kernorch.codegen.facts import CannotGenerate, graph_facts, kernel_prims
+from kernorch.codegen.ssa import BAD_ON_BOOL, DTYPES
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
 
 MAX_TABLE = 1 << 16  # longest constant gather table printed into C source
-
-
-class CannotGenerate(KernorchError):
-    """The code generator cannot produce this kernel; the message says why."""
-
-
-class _GraphInfo:
-    """Per-graph facts the checks need, computed once: prim positions, kinds, and the per-prim
-    reason (or None) a kernel of each generator could not hold it."""
-
-    def __init__(self, g: Graph) -> None:
-        self.n = len(g.prims)
-        self.pos = {p.output: k for k, p in enumerate(g.prims)}
-        self.kind = {p.output: p.kind for p in g.prims}
-        self.prim_reason: dict[tuple[str, int], str | None] = {}  # (generator, value) -> reason
-        # comparisons of a computed value with its own max/min (Note [extreme tests])
-        self.tests = [t for t in extremes.tests(g.prims) if t.value in self.pos]
-
-
-_INFO: "weakref.WeakKeyDictionary[Graph, _GraphInfo]" = weakref.WeakKeyDictionary()
-
-
-def _info(g: Graph) -> _GraphInfo:
-    info = _INFO.get(g)
-    if info is None or info.n != len(g.prims):
-        info = _INFO[g] = _GraphInfo(g)
-    return info
-
-
-def kernel_prims(g: Graph, members: Iterable[int]) -> list[Prim]:
-    """The member prims in graph (topological) order; O(members) after the first call per graph,
-    since the orchestrator asks about thousands of candidates of one graph."""
-    pos = _info(g).pos
-    return [g.prims[k] for k in sorted(pos[v] for v in members if v in pos)]
 
 
 def kernel_kind(g: Graph, members: set[int], outputs: Sequence[int],
@@ -82,7 +47,7 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
     an opaque prim alone, a linear prim as linear.py takes it) is every target's; each memory-bound
     prim must suit ``generator`` (dtypes, sizes, tables, then the generator's own ``prim_check``)."""
     members = set(members)
-    info = _info(g)
+    info = graph_facts(g)
     if not members:
         return "empty kernel"
     missing = [v for v in members if v not in info.pos]
@@ -102,8 +67,6 @@ def why_not(g: Graph, members: Iterable[int], outputs: Sequence[int], generator:
             return None
         return f"opaque prim {_name(g, kernel_prims(g, members), Kind.OPAQUE)} must be alone in its kernel"
     if Kind.LINEAR in kinds and not (generator == "C" and _generated(g, kernel_prims(g, members), outputs)):
-        from kernorch.codegen import linear
-
         return linear.why_not(g, members, outputs)
     for v in sorted(members, key=info.pos.__getitem__):
         key = (generator, v)
@@ -119,7 +82,7 @@ def extreme_split(g: Graph, members: Iterable[int]) -> str | None:
     """Why a kernel of ``members`` (by any generator or provider) would break a comparison of a
     value with its own max/min: it holds one of the two and computes the value itself
     (codegen/extremes.py, Note [extreme tests]); None when it does not."""
-    split = extremes.split_test(_info(g).tests, set(members))
+    split = extremes.split_test(graph_facts(g).tests, set(members))
     if split is None:
         return None
     x = g.name(split.value)
@@ -128,16 +91,11 @@ def extreme_split(g: Graph, members: Iterable[int]) -> str | None:
 
 
 def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:
-    """The C generator writes the linear prims itself: one matmul or 1x1 convolution as a GEMM
-    with its epilogue (gemm.py; lower.py prefers it), or convolutions with few taps, tap by tap
-    (stencil.py)."""
-    from kernorch.codegen import gemm
-
+    """The C generator writes the linear prims itself: some kernel template takes the kernel
+    (templates.py: a GEMM with its epilogue, convolutions with few taps written out tap by tap)."""
     if any(g.types[v].dtype == "bfloat16" for p in prims if p.kind is Kind.LINEAR for v in (*p.inputs, p.output)):
         return False  # bf16 products go to the vendor libraries (AMX, AVX512-BF16), not generated loops
-    if gemm.why_not(g, prims, outputs) is None:
-        return True
-    return all(stencil.why_not(g, p) is None for p in prims if p.kind is Kind.LINEAR)
+    return templates.first(g, prims, outputs) is not None
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:

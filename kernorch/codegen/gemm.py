@@ -54,7 +54,9 @@ from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_o
                                            strided_operand, unflatten)
 from kernorch.codegen.linear import layout_strides, view_map
 from kernorch.codegen.lower_base import KernelLowerer
-from kernorch.codegen.scalar import Body, Inliner
+from kernorch.codegen.scalar import Inliner
+from kernorch.codegen.ssa import Body
+from kernorch.codegen.template import Template
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
@@ -78,7 +80,7 @@ WINDOWS_READ = "read in place inside the image, copied per row block at its bord
 UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work units than this
 
 
-def why_not(g: Graph, prims: list[Prim], outputs) -> str | None:
+def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
     """None when the C generator writes this kernel as a GEMM (see the module doc), else why not."""
     prod = product_of(g, prims)
     if isinstance(prod, str):
@@ -406,3 +408,14 @@ class GemmLowerer(KernelLowerer):
 def _stride(e: ix.Expr, i: int) -> int:
     """The coefficient of loop variable ``i`` in the affine index ``e`` (0 when absent)."""
     return sum(k for a, k in e.terms if isinstance(a, ix.Var) and a.i == i)
+
+
+def lower(g: Graph, members: set[int], outputs: list[int], threads: int, options: CodegenOptions,
+          name: str | None) -> KernelSpec:
+    """The GEMM's KernelSpec (``why_not`` must have said None)."""
+    return GemmLowerer(g, members, outputs, threads, options).run(name)
+
+
+TEMPLATE = Template("gemm", why_not, lower, reads=("gemm_prefetch", "gemm_short_k", "gemm_rows_first_bytes",
+                                                    "windows_in_place"),
+                    doc="one matmul or convolution as packed-panel GEMM tiles (or dot products) with its epilogue")

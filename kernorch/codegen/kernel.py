@@ -1,8 +1,8 @@
 """KernelSpec: the target-independent loop-level description of one fused kernel.
 
-lower.py builds it from (graph, members, outputs); c.py prints it as C/OpenMP. Everything a
-printer needs is explicit here (loops, their parallel/SIMD/reduction flags, per-thread arrays,
-SSA scalar statements, stores), so printers make no decisions. Index expressions are
+A kernel template (templates.py, through lower.py) builds it from (graph, members, outputs); c.py
+prints it as C/OpenMP. Everything a printer needs is explicit here (loops, their parallel/SIMD/
+reduction flags, per-thread arrays, SSA scalar statements, stores), so printers make no decisions. Index expressions are
 kernorch.ir.index expressions over kernel-wide variable ids; ``KernelSpec.sizes[i]`` is the
 range of variable ``i``.
 """

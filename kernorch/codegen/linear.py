@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import CannotGenerate, kernel_prims
 from kernorch.codegen.indexing import normalize
 from kernorch.codegen.runner import Kernel
 from kernorch.ir import index as ix
@@ -137,8 +137,6 @@ class LinearKernel(Kernel):
         members = set(members)
         plan = _Plan(g, members, outputs)
         if plan.reason:
-            from kernorch.codegen.feasible import CannotGenerate
-
             raise CannotGenerate(plan.reason)
         self.plan = plan
         self.pointwise = pointwise_conv(g, plan.lin) and g.types[plan.lin.output].dtype != "bfloat16"

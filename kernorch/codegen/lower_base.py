@@ -2,8 +2,8 @@
 constants folded to immediates), which materialized values get a buffer, reads of buffered
 values (flat offsets clamped into range), the reduction vocabulary and the kernel's description.
 
-lower.py (C loop nests) and triton_lower.py (tile programs) subclass ``KernelLowerer`` and build
-their own structure; neither prints syntax.
+The C kernel templates (loops.py, gemm.py, winograd.py: templates.py) and triton_lower.py (tile
+programs) subclass ``KernelLowerer`` and build their own structure; none prints syntax.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from kernorch.codegen import indexing
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.codegen.kernel import Arg
 from kernorch.codegen.schedule import Schedule, Stage, Vars
 from kernorch.ir import index as ix

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from kernorch.codegen.winograd_transform import TRANSFORM, transformed_weight
 
-TRANSFORMS = ("winograd63",)  # winograd.transformed_weight: a 3x3 weight as Winograd F(6,3)'s U, in panels
+TRANSFORMS = (TRANSFORM,)  # winograd_transform.transformed_weight: a 3x3 weight as Winograd F(6,3)'s U, in panels
 
 
 def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], panel: int,
@@ -25,9 +26,7 @@ def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], pane
     as a (K, N) matrix (N: the last dim, K: the others) in zero-padded panels of ``panel``
     columns, shape (npanels, K, panel): panel p holds columns p*panel .. p*panel + panel - 1.
     A ``transform`` (one of TRANSFORMS) replaces both."""
-    if transform == "winograd63":
-        from kernorch.codegen.winograd import transformed_weight  # the module that reads it
-
+    if transform == TRANSFORM:
         return transformed_weight(t.reshape(tuple(shape)), panel)
     if transform:
         raise ValueError(f"unknown weight transform {transform!r}")

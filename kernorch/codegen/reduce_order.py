@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.ir import layout
 from kernorch.ir.graph import Graph, TensorType
 from kernorch.ir.layout import IndexMap

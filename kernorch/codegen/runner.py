@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import torch
 
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.packing import packed_copy
 from kernorch.errors import InputError

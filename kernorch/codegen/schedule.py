@@ -28,7 +28,8 @@ import math
 from dataclasses import dataclass, field
 
 from kernorch.codegen import extremes, indexing, stencil, window
-from kernorch.codegen.scalar import WEIGHT, Body, Inliner
+from kernorch.codegen.scalar import Inliner
+from kernorch.codegen.ssa import WEIGHT, Body
 from kernorch.codegen.transpose import TILE
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph

@@ -18,6 +18,7 @@ import math
 from typing import TYPE_CHECKING
 
 from kernorch.codegen.indexing import normalize
+from kernorch.codegen.ssa import elementwise
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim
@@ -56,8 +57,6 @@ def weight(g: Graph, p: Prim) -> int:
 def value(inl: "Inliner", p: Prim, idx: tuple[ix.Expr, ...]) -> str:
     """SSA name of the convolution's output at ``idx`` (N, C_out, spatial...): the taps summed in
     (input channel, kernel position) order, then the bias."""
-    from kernorch.codegen.scalar import elementwise
-
     g, b, sizes = inl.g, inl.body, inl.sizes
     a = p.attrs
     dtype = g.types[p.output].dtype

@@ -1,7 +1,7 @@
 """Layout conversions as 16x16 block transposes in registers.
 
 A kernel that only moves float32 data between layouts (NCHW <-> NHWC, tokens -> image) reads
-along one loop and writes along another. lower.py tiles such nests 16x16 so that both sides stay
+along one loop and writes along another. loops.py tiles such nests 16x16 so that both sides stay
 in cached lines, but the scalar copy inside a tile still ran at a quarter of a plain copy's speed
 (SegFormer's (16384, 256) -> (256, 16384): 2.8 ms against 0.7 ms for a copy of the same bytes).
 ``kn_transpose16`` loads 16 rows of 16 floats, transposes them with three rounds of shuffles

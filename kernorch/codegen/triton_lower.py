@@ -33,10 +33,11 @@ from typing import Iterable, Sequence
 
 
 from kernorch.codegen import indexing
-from kernorch.codegen.feasible import CannotGenerate
+from kernorch.codegen.facts import CannotGenerate
 from kernorch.codegen.kernel import Let, SpecHeader
 from kernorch.codegen.lower_base import KernelLowerer, identity
-from kernorch.codegen.scalar import Body, Inliner
+from kernorch.codegen.scalar import Inliner
+from kernorch.codegen.ssa import Body
 from kernorch.codegen.schedule import Stage, Vars, make_schedule
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph

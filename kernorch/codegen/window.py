@@ -17,6 +17,7 @@ import math
 from typing import TYPE_CHECKING, Mapping
 
 from kernorch.codegen.stencil import MAX_TAPS
+from kernorch.codegen.ssa import elementwise
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
@@ -58,8 +59,6 @@ def weight(g: Graph, p: Prim) -> int:
 def value(inl: "Inliner", p: Prim, idx: tuple[ix.Expr, ...]) -> str:
     """SSA name of the reduce's output at ``idx``: its operand at every window position, added in
     row-major position order."""
-    from kernorch.codegen.scalar import elementwise
-
     g = inl.g
     shape = g.types[p.inputs[0]].shape
     axes = sorted(a % len(shape) for a in p.attrs.axes)

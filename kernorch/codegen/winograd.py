@@ -27,61 +27,33 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-from kernorch.codegen import indexing
+from kernorch.codegen import gemm, indexing
 from kernorch.codegen.gemm import GemmLowerer
 from kernorch.codegen.gemm_helpers import NR, NR_NARROW
 from kernorch.codegen.gemm_product import product_of, unflatten
 from kernorch.codegen.kernel import Call, Decl, KernelSpec, Loop, Parallel
+from kernorch.codegen.template import Template
+from kernorch.codegen.winograd_transform import AT, BT, POINTS, TILE, TRANSFORM
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Prim
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
-TILE = 6  # outputs of one row per Winograd tile
-POINTS = TILE + 2  # transform points (8)
 TILES = 6  # tiles per block: the rows of one GEMM tile
 BLOCK = TILE * TILES  # output pixels per block, at most
 MIN_WIDTH = 2 * TILE
 MIN_CHANNELS = NR_NARROW + 1  # fewer: gemm.py's 16-column tiles waste less than 32-column panels
-TRANSFORM = "winograd63"  # the name of the weight transform in KernelSpec.packs
-
-
-def _matrices() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(AT 6x8, G 8x3, BT 8x8) of F(6,3) on the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity:
-    AT and G by Toom-Cook, BT solved so that ``AT @ ((G @ g) * (BT @ d))`` is the correlation."""
-    pts = (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)
-    at, g = np.zeros((TILE, POINTS)), np.zeros((POINTS, 3))
-    for j, a in enumerate(pts):
-        at[:, j] = [a ** i for i in range(TILE)]
-        g[j] = [a ** k / math.prod(a - b for b in pts if b != a) for k in range(3)]
-    at[TILE - 1, POINTS - 1], g[POINTS - 1] = 1.0, (0.0, 0.0, 1.0)
-    system = np.einsum("it,tk,jx->ikjtx", at, g, np.eye(POINTS)).reshape(TILE * 3 * POINTS, POINTS * POINTS)
-    target = np.array([[[float(j == i + k) for j in range(POINTS)] for k in range(3)] for i in range(TILE)]).ravel()
-    bt = np.linalg.lstsq(system, target, rcond=None)[0].reshape(POINTS, POINTS)
-    assert np.abs(system @ bt.ravel() - target).max() < 1e-9
-    return at, g, np.where(np.abs(bt) < 1e-12, 0.0, bt)
-
-
-AT, G, BT = _matrices()
-
-
-def transformed_weight(w: torch.Tensor, panel: int) -> torch.Tensor:
-    """The weight (Cout, Cin, 3, 3) as U, (npanels, 8, 3 * Cin, panel): ``U[p, t, ky*Cin + c, n]
-    = sum over j of G[t, j] * w[p*panel + n, c, ky, j]``, zeros past Cout."""
-    co, ci = w.shape[0], w.shape[1]
-    u = torch.einsum("tj,ocyj->tyco", torch.from_numpy(G), w.double()).float().reshape(POINTS, 3 * ci, co)
-    npan = -(-co // panel)
-    u = torch.nn.functional.pad(u, (0, npan * panel - co))
-    return u.reshape(POINTS, 3 * ci, npan, panel).permute(2, 0, 1, 3).contiguous()
 
 
 def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
-    """None when a kernel that gemm.py writes as a GEMM (``gemm.why_not`` said None) is a 3x3
-    convolution this module computes instead (see the module doc), else why not."""
+    """None when a kernel that gemm.py writes as a GEMM is a 3x3 convolution this module computes
+    instead (see the module doc), else why not."""
     if not options.winograd:
         return "Winograd convolutions are switched off"
+    as_gemm = gemm.why_not(g, prims, outputs)
+    if as_gemm is not None:
+        return as_gemm
     prod = product_of(g, prims)
     win = None if isinstance(prod, str) else prod.window
     if win is None or not prod.conv:
@@ -231,3 +203,13 @@ static void kn_wino_tile(int64_t count, int64_t first, int64_t per_row, int64_t 
 
 
 HELPERS = _helpers()
+
+
+def lower(g: Graph, members: set[int], outputs: list[int], threads: int, options: CodegenOptions,
+          name: str | None) -> KernelSpec:
+    """The Winograd kernel's KernelSpec (``why_not`` must have said None)."""
+    return WinogradLowerer(g, members, outputs, threads, options).run(name)
+
+
+TEMPLATE = Template("winograd", why_not, lower, reads=("winograd",),
+                    doc="3x3 convolutions with unit strides as Winograd F(6,3) along rows, the GEMM's epilogue")

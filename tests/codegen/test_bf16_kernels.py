@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernorch import codegen
-from kernorch.codegen.feasible import CannotGenerate
+from kernorch.codegen.facts import CannotGenerate
 from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op

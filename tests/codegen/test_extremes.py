@@ -13,7 +13,7 @@ import pytest
 from cg_util import THREADS, check, feeds, finish, inputs_for, softmax, window_reduce
 from kernorch import codegen
 from kernorch.codegen import extremes
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import Op

@@ -7,7 +7,7 @@ import pytest
 import cg_util as cg
 import test_fused as FUSED
 from kernorch.codegen import window
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.codegen.schedule import Vars, make_schedule
 
 

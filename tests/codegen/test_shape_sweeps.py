@@ -2,7 +2,7 @@
 
 Sizes sit around every block boundary (15/16/17 for the 16x16 transpose tile, 1023/1024/1025 for
 long SIMD loops and parallel splits) and the kernels are chosen to reach each path of
-codegen/schedule.py and lower.py: tiled transposed reads (dims >= 16 and not multiples of 16),
+codegen/schedule.py and loops.py: tiled transposed reads (dims >= 16 and not multiples of 16),
 split loops (pad masks, concat pieces, edge clamps), multi-stage groups (softmax, layer norm),
 per-thread accumulator arrays (column reductions, pooling windows), and scratch memory between
 parallel groups. ``test_every_path_is_reached`` fails if the sweep stops reaching one of them.

@@ -10,7 +10,7 @@ import pytest
 from cg_util import THREADS, check, finish, window_reduce
 from kernorch import codegen
 from kernorch.codegen import window
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen.facts import kernel_prims
 from kernorch.codegen.schedule import Vars, make_schedule
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder

@@ -9,8 +9,8 @@ import pytest
 
 from cg_util import THREADS, feeds, finish, inputs_for
 from kernorch import codegen
-from kernorch.codegen import winograd
-from kernorch.codegen.feasible import kernel_prims
+from kernorch.codegen import winograd, winograd_transform
+from kernorch.codegen.facts import kernel_prims
 from kernorch.ir import interp, oracle
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
@@ -94,6 +94,6 @@ def test_transform_matrices_compute_the_correlation():
     """AT ((G g) * (BT d)) is the 6 outputs of a 3-tap correlation over 8 inputs, in float64."""
     rng = np.random.default_rng(0)
     d, taps = rng.standard_normal((50, 8)), rng.standard_normal((50, 3))
-    got = ((d @ winograd.BT.T) * (taps @ winograd.G.T)) @ winograd.AT.T
+    got = ((d @ winograd_transform.BT.T) * (taps @ winograd_transform.G.T)) @ winograd_transform.AT.T
     ref = np.stack([(d[:, i:i + 3] * taps).sum(1) for i in range(6)], 1)
     np.testing.assert_allclose(got, ref, atol=1e-12)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cuda_util import compare, load_codegen_cases
-from kernorch.codegen.feasible import CannotGenerate
+from kernorch.codegen.facts import CannotGenerate
 from kernorch.codegen.triton import can_generate_triton, emit_triton, tuning_space, why_not_triton
 from kernorch.codegen.triton_lower import TritonConfig, lower_triton
 from kernorch.ir import interp, layout
