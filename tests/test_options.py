@@ -193,3 +193,20 @@ def test_cuda_settings_reach_the_cuda_target(tmp_path, monkeypatch, x):
     no_interpreter = Options.from_env({**os.environ, "TRITON_INTERPRET": "0"}, target="cuda", cost="model")
     with pytest.raises(KernorchError, match="^target 'cuda' needs a CUDA GPU"):
         kernorch.compile(_model(), options=no_interpreter)
+
+
+def test_compile_keywords_are_the_options_fields_with_their_defaults():
+    """Options is where a setting is declared: compile()'s keywords may not drift from it (the
+    one difference: rewrites=None in Options means the DEFAULT_RULES compile() spells out)."""
+    import dataclasses
+    import inspect
+
+    from kernorch.rewrite.pipeline import DEFAULT_RULES
+    from kernorch.runtime.compile import compile
+
+    keywords = {k: p.default for k, p in inspect.signature(compile).parameters.items()
+                if p.kind is p.KEYWORD_ONLY and k != "options"}
+    fields = {f.name: f.default for f in dataclasses.fields(Options) if f.name != "env"}
+    assert set(keywords) == set(fields)
+    fields["rewrites"] = DEFAULT_RULES
+    assert {k: v for k, v in keywords.items() if v != fields[k]} == {}
