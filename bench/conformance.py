@@ -137,7 +137,7 @@ class CompiledBackend(KernorchBackend):
 
 
 # Failures of the full run that were fixed, pinned into the CI subset: buffers of uint16/32/64
-# (runtime/executable.py TORCH_DTYPES), bfloat16 outputs read back as ml_dtypes arrays.
+# (ir/tensors.py TORCH_DTYPES), bfloat16 outputs read back as ml_dtypes arrays.
 REGRESSIONS = ("test_add_uint16", "test_mod_uint32", "test_less_equal_uint64_expanded", "test_celu_bfloat16")
 SUBSET_STEP = 6  # the CI subset also takes every 6th test by sorted name: variants (attributes, dtypes) of each op
 

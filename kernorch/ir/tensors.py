@@ -15,6 +15,11 @@ import numpy as np
 import torch
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+# the IR's dtype names (TensorType.dtype) -> PyTorch's
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64,
+                "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+                "int16": torch.int16, "bfloat16": torch.bfloat16, "uint16": torch.uint16, "uint32": torch.uint32,
+                "uint64": torch.uint64}
 
 
 def to_torch(a: Any) -> torch.Tensor:

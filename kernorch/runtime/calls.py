@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from kernorch.runtime import native as native_runs
-from kernorch.ir.tensors import to_numpy, to_torch
+from kernorch.ir.tensors import TORCH_DTYPES, to_numpy, to_torch
 
 _now = time.perf_counter
 _from_buffer = ctypes.c_char.from_buffer
@@ -64,8 +64,6 @@ class CallPlan:
     consecutive C kernels are one native call each."""
 
     def __init__(self, graph, program: list, types: dict, native: bool, fresh: set[int] = frozenset()) -> None:
-        from kernorch.runtime.executable import TORCH_DTYPES
-
         def spec(v: int) -> tuple:
             shape, dtype = types[v] if v in types else (graph.types[v].shape, graph.types[v].dtype)
             return tuple(shape), np.dtype(dtype), TORCH_DTYPES[dtype]

@@ -21,7 +21,7 @@ from kernorch.ir.graph import Graph
 from kernorch.runtime.inplace import OVERWRITING_PROVIDERS, overwritable
 from kernorch.runtime.memory import MemoryPlan, Step, plan_memory
 from kernorch.runtime.calls import NATIVE, CallPlan, as_tensor
-from kernorch.ir.tensors import to_torch
+from kernorch.ir.tensors import TORCH_DTYPES, to_torch
 
 
 class RuntimeKernel(Protocol):
@@ -29,12 +29,6 @@ class RuntimeKernel(Protocol):
     outputs: tuple[int, ...]
 
     def _run(self, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None: ...
-
-
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64,
-                "int32": torch.int32, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
-                "int16": torch.int16, "bfloat16": torch.bfloat16, "uint16": torch.uint16, "uint32": torch.uint32,
-                "uint64": torch.uint64}
 
 
 def to_tensor(a: Any) -> torch.Tensor:
