@@ -28,6 +28,7 @@ from kernorch.ir.graph import Graph
 from kernorch.options import Env
 from kernorch.targets.cuda_measure import CudaOptions, tf32
 from kernorch.runtime.executable import Executable, KernelInfo, Signature, executable_for
+from kernorch.runtime.records import kernel_info, kernel_members
 
 TARGET = "cuda"
 
@@ -158,11 +159,11 @@ def save_meta(ex: CudaExecutable) -> dict:
     return {"options": dataclasses.asdict(ex.options)}
 
 
-def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None = None, env: Env | None = None):
+def load_cuda(g: Graph, meta: dict, device: str | torch.device | None = None,
+              env: Env | None = None) -> CudaExecutable:
     """Rebuild a saved CUDA model's kernels on ``device`` (default: options.device, else the
-    current GPU, or the CPU under TRITON_INTERPRET=1). ``r`` is the saved.Reader of its directory."""
-    from kernorch.runtime.model import CompiledModel, kernel_info, kernel_members
-
+    current GPU, or the CPU under TRITON_INTERPRET=1); ``meta``: its model.json. model.load wraps
+    the executable in its CompiledModel."""
     opts = meta.get("options") or {}
     fields = {f.name: f.type for f in dataclasses.fields(CudaOptions)}
     if not isinstance(opts, dict) or not set(opts) <= set(fields) or not all(
@@ -192,4 +193,4 @@ def load_cuda(r, g: Graph, meta: dict, report, device: str | torch.device | None
         kernels.append(kern)
         infos.append(kernel_info(rec["info"]))
     precompile(kernels, env.compile_workers)
-    return CompiledModel(cuda_executable(g, kernels, infos, dev, options), report, g)
+    return cuda_executable(g, kernels, infos, dev, options)

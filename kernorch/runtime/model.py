@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kernorch.codegen.build import function as library_function, load as load_library
+from kernorch.codegen.build import build_many, function as library_function, load as load_library
 from kernorch.codegen.kernel import KernelSpec
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.packing import TRANSFORMS
@@ -24,8 +24,13 @@ from kernorch.codegen.runner import CKernel, OpaqueKernel
 from kernorch.errors import CompilerError, KernorchError
 from kernorch.ir.graph import Graph
 from kernorch.options import CodegenOptions, Env
+from kernorch.providers import default_providers
 from kernorch.runtime import native, saved
-from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
+from kernorch.runtime.cuda_exec import kernel_record as cuda_kernel_record, load_cuda, save_meta
+from kernorch.runtime.executable import Executable, ProviderKernel, executable_for
+from kernorch.runtime.records import kernel_info, kernel_members
+from kernorch.runtime.report import CompileReport
+from kernorch.runtime.summary import summary_text
 
 FORMAT_VERSION = saved.VERSION
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
@@ -62,8 +67,6 @@ class CompiledModel:
     def summary(self, feeds=None, repeat: int = 0) -> str:
         """What ran where and the tuning in plain words, then per kernel its prims, provider, cost
         (measured ms when ``repeat`` > 0 and feeds are given, else the priced cost) and share."""
-        from kernorch.runtime.summary import summary_text
-
         return summary_text(self, feeds, repeat)
 
     # -- persistence ------------------------------------------------------------------------
@@ -84,8 +87,7 @@ class CompiledModel:
         target = getattr(self.executable, "target", "cpu")
         m: dict[str, Any] = {"format": saved.FORMAT, "version": saved.VERSION, "target": target}
         if target == "cuda":
-            from kernorch.runtime.cuda_exec import kernel_record, save_meta
-
+            kernel_record = cuda_kernel_record
             m.update(save_meta(self.executable))
         else:
             kernel_record = _kernel_record
@@ -117,9 +119,7 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
         what = "the report"
         report = _report(m.get("report"))
         if m.get("target") == "cuda":
-            from kernorch.runtime.cuda_exec import load_cuda
-
-            return load_cuda(r, g, m, report, device, env)
+            return CompiledModel(load_cuda(g, m, device, env), report, g)
         if m.get("target") != "cpu":
             raise r.fail(f"unknown target {str(m.get('target'))[:20]!r}")
         kernels, infos, own = [], [], []
@@ -149,8 +149,6 @@ def load(path: str | os.PathLike, device: Any = None, *, trust_libraries: bool =
 def _generate_again(r: saved.Reader, g: Graph, own: list, env: Env) -> list[tuple[int, CKernel]]:
     """Saved C kernels generated again from their prims (one compiler call per thread count,
     cached by source) and checked against the saved source: same code, same results."""
-    from kernorch.codegen.build import build_many
-
     out = []
     def switches(rec: dict) -> CodegenOptions:
         return CodegenOptions.from_changed(rec.get("codegen", {}))
@@ -235,24 +233,6 @@ def _pack(rec, inputs: list[int], g: Graph) -> tuple[int, tuple[int, ...], int, 
     return pos, perm, panel, transform
 
 
-def kernel_members(g: Graph, rec: dict) -> tuple[set[int], list[int]]:
-    """A kernel record's prims and outputs, checked: prims of the graph, outputs among them."""
-    members = {saved.as_int(v) for v in rec["members"]}
-    outputs = [saved.as_int(v) for v in rec["outputs"]]
-    produced = {p.output for p in g.prims}
-    if not members or not members <= produced or not set(outputs) <= members:
-        raise KernorchError("its prims or outputs are not prims of the graph")
-    return members, outputs
-
-
-def kernel_info(d: dict) -> KernelInfo:
-    seconds = d["seconds"]
-    if seconds is not None and not isinstance(seconds, (int, float)):
-        raise KernorchError("its priced seconds are not a number")
-    return KernelInfo(tuple(saved.as_int(v) for v in d["members"]), tuple(str(o) for o in d["ops"]),
-                      str(d["provider"]), seconds)
-
-
 def load_provider_kernel(g: Graph, name: Any, state: dict, members: set[int], outputs: list[int]):
     """A provider kernel rebuilt by its own provider (``Provider.load``), checked against its prims."""
     built = _provider(name, state["threads"]).load(g, members, outputs, state)
@@ -264,8 +244,6 @@ def load_provider_kernel(g: Graph, name: Any, state: dict, members: set[int], ou
 
 def _provider(name: Any, threads: Any):
     """The provider called ``name`` (installed), set up for ``threads``."""
-    from kernorch.providers import default_providers
-
     threads = saved.as_int(threads)
     if not 1 <= threads <= 4096:
         raise KernorchError(f"implausible threads {threads}")
@@ -281,8 +259,6 @@ def _report(d: Any):
     """The compile report (plain values only) as the report class, or None."""
     if d is None:
         return None
-    from kernorch.runtime.report import CompileReport
-
     known = {f.name for f in dataclasses.fields(CompileReport)}
     if not isinstance(d, dict) or not {"strategy", "cost"} <= set(d):
         raise KernorchError("not a compile report")
