@@ -16,15 +16,15 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """Lazy: importing any kernorch module (the CLI, the frontend) must not pay for torch + codegen."""
     if name == "compile":
-        from kernorch.runtime.compile import compile
+        from kernorch.runtime.compile import compile  # lazy: torch + codegen load on first use, not on import
 
         return compile
     if name == "optimize":
-        from kernorch.runtime.optimize import optimize
+        from kernorch.runtime.optimize import optimize  # lazy: as above
 
         return optimize
     if name in ("CompiledModel", "load"):
-        from kernorch.runtime import model
+        from kernorch.runtime import model  # lazy: as above
 
         return getattr(model, name)
     raise AttributeError(f"module 'kernorch' has no attribute {name!r}")

@@ -246,7 +246,7 @@ def kernel_tolerance(g: Graph, members: Iterable[ValueId]) -> float | None:
 def to_numpy(a: Any) -> np.ndarray:
     """A NumPy array of ``a`` (a PyTorch tensor on any device, without importing torch)."""
     if hasattr(a, "detach") and hasattr(a, "cpu"):
-        from kernorch.ir.tensors import to_numpy as tensor_to_numpy  # torch is loaded: a is a tensor
+        from kernorch.ir.tensors import to_numpy as tensor_to_numpy  # lazy: torch; the oracle stays torch-free
 
         return tensor_to_numpy(a)
     return np.asarray(a)

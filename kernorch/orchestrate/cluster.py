@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,10 @@ from dataclasses import dataclass, field
 from kernorch.errors import KernorchError
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions, Env
 from kernorch.orchestrate.candidate import Candidate
-from kernorch.orchestrate.tuning_db import Record
+from kernorch.orchestrate.machine import machine_signature
+from kernorch.orchestrate.measure import MeasuredCost, external_providers
+from kernorch.orchestrate.measure_stats import MeasureStats
+from kernorch.orchestrate.tuning_db import Record, TuningDB
 from kernorch.providers.timing import usable_cores
 
 CRASHES_TO_FAIL = 2  # deaths of a worker while measuring one candidate alone
@@ -50,18 +54,11 @@ class TuningWorker:
     def signature(self) -> tuple[str, int, str]:
         """(machine signature, process id, host name). A worker is an entry point of its own: it
         reads its process's environment (Env.read, kernorch/options.py), as its measurer does."""
-        import socket
-
-        from kernorch.orchestrate.machine import machine_signature
-
         env = Env.read()
         return machine_signature(env.cc, env.cflags), os.getpid(), socket.gethostname()
 
     def load(self, g, threads: int, provider_names: Sequence[str], timer_factory: Callable | None,
              codegen_options: CodegenOptions = DEFAULT_CODEGEN) -> None:
-        from kernorch.orchestrate.measure import MeasuredCost, external_providers
-        from kernorch.orchestrate.tuning_db import TuningDB
-
         self.measurer = MeasuredCost(g, TuningDB(":memory:"), threads=threads,
                                      providers=external_providers(threads, provider_names),
                                      codegen_options=codegen_options)
@@ -70,8 +67,6 @@ class TuningWorker:
 
     def measure(self, batch: list[tuple[str, Candidate]]):
         """{key: {provider: Record}} for the batch, and this batch's measurement counts."""
-        from kernorch.orchestrate.measure_stats import MeasureStats
-
         m = self.measurer
         m.stats = MeasureStats()
         return dict(m.measure_items(batch)), m.stats
@@ -247,8 +242,6 @@ def cluster_from(spec, env: Env | None = None) -> Iterator[RayTuning | None]:
         tuning = RayTuning(spec[4:])
     else:
         raise KernorchError(f"unknown cluster {spec!r}; use 'ray' or 'ray:ADDRESS'")
-    from kernorch.orchestrate.machine import machine_signature
-
     tuning.connect().start(machine_signature(env.cc, env.cflags))
     try:
         yield tuning

@@ -16,6 +16,8 @@ import os
 import platform
 import re
 
+from kernorch.codegen import isa, toolchain
+
 VERSIONED = ("torch", "onnxruntime", "openvino")
 
 
@@ -43,11 +45,8 @@ def machine_signature(cc: str | None = None, cflags: tuple[str, ...] = ()) -> st
     """``<cpu model>-<isa level>-<N>c-<hash of versions, ISA and flags>``, e.g.
     ``amd-epyc-avx512-2c-1a2b3c4d``; ``cc``, ``cflags``: the environment's $CC and
     $KERNORCH_CFLAGS (Env.cc, Env.cflags)."""
-    from kernorch.codegen import isa
-    from kernorch.codegen.toolchain import _compiler_id, compiler
-
     try:
-        cc = _compiler_id(compiler(cc))
+        cc = toolchain._compiler_id(toolchain.compiler(cc))
     except Exception:  # noqa: BLE001 - no compiler: the providers can still measure
         cc = "no-cc"
     cores = os.cpu_count() or 1  # the machine's, not this process's affinity (a pinned worker is the same kind)

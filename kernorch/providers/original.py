@@ -23,6 +23,8 @@ import numpy as np
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
 from kernorch.providers.base import BuiltKernel, Provider, ProviderError
+from kernorch.providers.ort import OrtProvider
+from kernorch.providers.ov import OpenVinoProvider
 from kernorch.providers.to_onnx import OnnxKernel
 
 
@@ -73,9 +75,6 @@ def build_original(provider: Provider, g: Graph, proto, members: Iterable[ValueI
     """The original model compiled by ``provider`` (onnxruntime or OpenVINO), on ``threads``
     (default: the provider's). onnxruntime may spin its threads between calls: the region is the
     whole plan, nothing else wants the cores."""
-    from kernorch.providers.ort import OrtProvider
-    from kernorch.providers.ov import OpenVinoProvider
-
     k = original_kernel(g, proto, members, outputs)
     data = proto.SerializeToString()
     if isinstance(provider, OrtProvider):

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
+from kernorch.codegen import isa
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import ValueId
@@ -49,8 +50,6 @@ class OpenVinoProvider(Provider):
         self.tolerance = (tolerance or oracle.rel_tolerance("bfloat16")) if precision == "bf16" else None
 
     def available(self) -> bool:
-        from kernorch.codegen import isa
-
         try:
             import openvino  # noqa: F401
         except ImportError:

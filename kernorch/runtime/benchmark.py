@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from kernorch.codegen.build import default_threads
 from kernorch.errors import KernorchError
 
 
@@ -151,8 +152,6 @@ def compare(model, feeds: Mapping[str, np.ndarray], source: Any = None, *, threa
     thread pool."""
     if repeat is None and seconds is None:
         raise KernorchError("compare needs a repetition count or a time budget")
-    from kernorch.codegen.build import default_threads
-
     threads = threads or default_threads()
     runs: dict[str, tuple[Callable, str]] = {
         "kernorch": (lambda f: [t.numpy() for t in model.run(f).values()],

@@ -13,6 +13,7 @@ from kernorch.codegen import isa, toolchain
 from kernorch.errors import CompilerError
 from kernorch.options import Env
 from kernorch.orchestrate.machine import cpu_model, machine_signature
+from kernorch.targets import gemm_check
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8", "avx_vnni")
@@ -58,8 +59,6 @@ def machine_lines(threads: int, env: Env | None = None) -> list[str]:
 
 def report(threads: int, env: Env | None = None, refresh: bool = False) -> str:
     """``kernorch doctor``'s text: the machine, then the generated GEMM against oneDNN."""
-    from kernorch.targets import gemm_check
-
     lines = machine_lines(threads, env)
     ratios = gemm_check.cached(threads, env, refresh=refresh)
     cells = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import statistics
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
+from kernorch.errors import KernorchError
+from kernorch.frontend.inputs import random_inputs
+from kernorch.runtime import compile as compile_module
+from kernorch.runtime.benchmark import compare as compare_runtimes
 from kernorch.runtime.summary import plain_summary, runtime_name
 
 PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -258,10 +265,6 @@ def write_report(model, path, *, png=None, source: Any = None, feeds=None, repea
     (default: ``path`` with ``.png``; skipped without matplotlib). ``source`` (the original ONNX
     file or ModelProto) enables the onnxruntime/OpenVINO comparison and the per-operator and
     greedy baselines; ``feeds`` default to seeded random inputs. Returns (page, png or None)."""
-    from kernorch.errors import KernorchError
-    from kernorch.frontend.inputs import random_inputs
-    from kernorch.runtime.benchmark import compare as compare_runtimes
-
     page = Path(path)
     png = page.with_suffix(".png") if png is None else Path(png)
     feeds = random_inputs(model.executable.sig.graph, seed=0) if feeds is None else feeds
@@ -280,13 +283,6 @@ def write_report(model, path, *, png=None, source: Any = None, feeds=None, repea
 def baseline_plans(model, feeds, source: Any, threads: int | None, seconds: float = 2.0) -> list[dict]:
     """The per-operator and greedy plans of ``source`` (kernorch's own kernels, roofline costs, so
     nothing is tuned), timed end to end next to ``model``, interleaved round by round."""
-    import os
-    import statistics
-    import time
-
-    from kernorch.errors import KernorchError
-    from kernorch.runtime.compile import compile as compile_model
-
     src = source if hasattr(source, "SerializeToString") else os.fspath(source)
     g = model.executable.sig.graph
     shapes = {g.name(v): list(g.types[v].shape) for v in g.inputs}
@@ -296,7 +292,7 @@ def baseline_plans(model, feeds, source: Any, threads: int | None, seconds: floa
              "greedy": "kernorch's own kernels, rule-based fusion"}
     for strategy in ("per-operator", "greedy"):
         try:
-            runs[strategy] = compile_model(src, strategy=strategy, cost="model", providers=(), regions=False,
+            runs[strategy] = compile_module.compile(src, strategy=strategy, cost="model", providers=(), regions=False,
                                            input_shapes=shapes, threads=threads, progress=False)
         except KernorchError as e:
             notes[strategy] = f"not built: {e}"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from kernorch.errors import InputError, KernorchError
+from kernorch.runtime import compile as compile_module
 
 
 class OptimizedModule(torch.nn.Module):
@@ -66,8 +67,6 @@ def optimize(module: torch.nn.Module, example_inputs: Any, **compile_options) ->
     """Compile ``module`` on ``example_inputs`` (a tensor or a tuple of tensors) with
     ``kernorch.compile(module, example_inputs, **compile_options)`` and return a module whose
     ``forward`` runs the compiled plan and returns what ``module`` returns."""
-    from kernorch.runtime.compile import compile
-
     if not isinstance(module, torch.nn.Module):
         raise KernorchError(f"optimize expects a torch.nn.Module, got {type(module).__name__}")
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
@@ -78,7 +77,7 @@ def optimize(module: torch.nn.Module, example_inputs: Any, **compile_options) ->
             structure = _structure(module(*args))
     finally:
         module.train(training)
-    compiled = compile(module, args, **compile_options)
+    compiled = compile_module.compile(module, args, **compile_options)
     n_out = len(compiled.output_names)
     kind, extra = structure
     want = 1 if kind == "tensor" else len(extra._fields) if kind == "namedtuple" else len(extra) \

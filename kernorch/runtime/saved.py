@@ -31,6 +31,7 @@ import numpy as np
 from kernorch.errors import SavedModelError
 from kernorch.ir import index, layout, prims
 from kernorch.ir.graph import Graph, TensorType, verify
+from kernorch.ir.tensors import to_numpy, to_torch
 
 FORMAT = "kernorch-model"
 VERSION = 2  # 1: pickles (graph.pkl, kernels.pkl), no longer read
@@ -176,8 +177,6 @@ class Writer:
     def weights(self, constants: dict[int, np.ndarray]) -> dict:
         from safetensors.torch import save  # (the torch side: NumPy has no bfloat16 of its own)
 
-        from kernorch.ir.tensors import to_torch
-
         data = save({str(v): to_torch(np.array(a, order="C")) for v, a in constants.items()})
         _write(self.d / WEIGHTS, data)
         return {"file": WEIGHTS, "sha256": sha256(data)}
@@ -262,8 +261,6 @@ class Reader:
 
     def weights(self, rec: Any) -> dict[int, np.ndarray]:
         from safetensors.torch import load
-
-        from kernorch.ir.tensors import to_numpy
 
         if not isinstance(rec, dict) or rec.get("file") != WEIGHTS or not isinstance(rec.get("sha256"), str):
             raise self.fail(f"{MANIFEST} has no valid weights record")

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from kernorch.errors import KernorchError
 from kernorch.frontend.onnx_import import ImportReport, import_onnx
 from kernorch.frontend.quantize import calibration_feeds, quantize_int8
+from kernorch.frontend.torch_import import export_torch, import_torch
 from kernorch.ir.graph import Graph
 from kernorch.options import Options
 from kernorch.orchestrate.knobs import Knobs
@@ -31,8 +32,6 @@ def load_graph(model: Any, example_inputs: Any = None, input_shapes: Mapping[str
     if is_module:
         if example_inputs is None:
             raise KernorchError("compiling an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
-        from kernorch.frontend.torch_import import import_torch
-
         return import_torch(model, example_inputs, dynamo=dynamo)
     return import_onnx(model, input_shapes=input_shapes)
 
@@ -57,8 +56,6 @@ def load_int8_graph(model: Any, example_inputs: Any, opts: Options) -> tuple[Gra
     QDQ model); the calibration note."""
     proto = source_model(model)
     if proto is None:
-        from kernorch.frontend.torch_import import export_torch
-
         if example_inputs is None:
             raise KernorchError("compiling an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
         proto = export_torch(model, example_inputs, dynamo=opts.dynamo)

@@ -13,12 +13,16 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import onnx
+
+from kernorch.frontend.onnx_import import load_model
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import multi_output
 from kernorch.orchestrate.from_graph import dag_from_graph
 from kernorch.orchestrate.plan import Plan, build_plan
 from kernorch.providers.base import verify
+from kernorch.providers.original import build_original
 from kernorch.runtime.executable import Executable, KernelInfo, ProviderKernel, executable_for
 
 LABEL = {"ort": "original model (onnxruntime", "openvino": "original model (openvino",
@@ -27,13 +31,9 @@ LABEL = {"ort": "original model (onnxruntime", "openvino": "original model (open
 
 def source_model(model: Any):
     """The ONNX model a compile started from (a path, bytes or a ModelProto), else None."""
-    import onnx
-
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike, bytes, bytearray)):
-        from kernorch.frontend.onnx_import import load_model
-
         try:
             return load_model(model)
         except Exception:  # noqa: BLE001 - the import read it a moment ago; without it, no contender
@@ -44,8 +44,6 @@ def source_model(model: Any):
 def original_regions(g: Graph, proto, providers: Sequence, failures: list[str]) -> list[tuple[str, Executable]]:
     """(label, executable) per provider that runs ``proto`` as the whole graph correctly; what
     failed goes to ``failures`` (one line each)."""
-    from kernorch.providers.original import build_original
-
     members, outputs = _whole(g)
     if not members:
         return []

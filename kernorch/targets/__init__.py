@@ -7,6 +7,8 @@ from __future__ import annotations
 from kernorch.errors import KernorchError
 from kernorch.options import Options
 from kernorch.targets.base import Target
+from kernorch.targets.cpu import CpuTarget
+from kernorch.targets.cuda import CudaTarget
 
 TARGETS = ("cpu", "cuda")
 
@@ -14,12 +16,8 @@ TARGETS = ("cpu", "cuda")
 def make(options: Options) -> Target:
     """The target ``options.target`` configured with ``options``."""
     if options.target == "cpu":
-        from kernorch.targets.cpu import CpuTarget
-
         return CpuTarget(options)
     if options.target == "cuda":
-        from kernorch.targets.cuda import CudaTarget
-
         return CudaTarget(options)
     raise KernorchError(f"unknown target {options.target!r}; choose 'cpu' or 'cuda'")
 

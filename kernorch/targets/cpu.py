@@ -17,6 +17,7 @@ from kernorch.orchestrate.measure import MeasuredCost, external_providers, order
 from kernorch.orchestrate.plan import Plan
 from kernorch.providers import Provider
 from kernorch.providers.select import reason_or_none
+from kernorch.targets import gemm_check
 from kernorch.targets.base import Target, reject
 
 _ROOFLINE: RooflineCost | None = None  # process-wide by design: this machine's constants
@@ -50,8 +51,6 @@ class CpuTarget(Target):
         self.bf16_tolerance = options.accuracy_budget
 
     def efficiency_note(self) -> str:
-        from kernorch.targets import gemm_check
-
         try:
             return gemm_check.behind_note(gemm_check.cached(self.threads, self.env))
         except (KernorchError, RuntimeError, OSError) as e:  # no compiler, no oneDNN: the compile says so later

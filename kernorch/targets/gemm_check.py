@@ -22,9 +22,11 @@ import numpy as np
 import torch
 
 from kernorch import codegen
+from kernorch.codegen.version import CODEGEN_VERSION
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions, Env
+from kernorch.orchestrate.machine import machine_signature
 
 # (label, case): a ViT-Tiny projection, a ResNet-50 1x1 convolution NCHW and channels-last
 CALIBRATION = (("matmul", "matmul", (197, 192, 768)), ("conv1x1", "conv", (64, 256, 3136)),
@@ -141,9 +143,6 @@ def geomean(values) -> float:
 def cached(threads: int, env: Env | None = None, refresh: bool = False) -> dict[str, float]:
     """``measure``'s ratios for this machine, measured once per machine signature, thread count and
     code-generator version (a JSON file in the build cache)."""
-    from kernorch.orchestrate.machine import machine_signature
-    from kernorch.orchestrate.measure import CODEGEN_VERSION
-
     env = env or Env.read()
     path = env.build_dir() / "gemm_check.json"
     key = f"{machine_signature(env.cc, env.cflags)}|t{threads}|{CODEGEN_VERSION}"
