@@ -7,6 +7,13 @@ the one pipeline) on orchestrate and below; runtime on everything below; ``optio
 settings, the environment read once) sits just above errors so every layer can take it; only the top-level
 ``kernorch/__init__.py`` and ``cli.py`` reach runtime. Imports inside functions count too (a lazy
 import is still a dependency); only ``if TYPE_CHECKING:`` blocks are exempt.
+
+No two modules import each other, directly or around a cycle, and no two layers either (issue 45):
+a shared piece moves down into the lower module or a small new one (the CLI's cli_common.py,
+runtime/records.py), and a registry never imports what registers in it (fission/rules/ imports
+fission/registry.py, not the reverse). An import inside a function is the exception that buys
+start-up time or keeps an optional heavy dependency unloaded; each says why on its line and is
+listed, with that reason, in LAZY_IMPORTS.
 """
 
 import ast
@@ -149,3 +156,153 @@ def test_the_checker_sees_relative_and_lazy_imports(tmp_path):
                  "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kernorch.frontend import inputs\n")
     got = kernorch_imports(p, pkg)
     assert got == [(1, "kernorch.ir.graph"), (2, "kernorch.orchestrate.solver"), (4, "kernorch.runtime")]
+
+
+# ---------------------------------------------------------------------------------------------
+# No import cycles, and lazy imports only where they buy something
+# ---------------------------------------------------------------------------------------------
+
+# Cycles among code-generator modules are tolerated for now: the template-registry work is removing them
+# and deletes this allowance when it lands. It covers only cycles whose modules are all in this package.
+KNOWN_CODEGEN_CYCLES = "kernorch.codegen"
+
+
+def _in_codegen(module: str) -> bool:
+    return module == KNOWN_CODEGEN_CYCLES or module.startswith(KNOWN_CODEGEN_CYCLES + ".")
+
+
+_CLI = "the CLI: a command's heavy modules load when it runs, so `kernorch --help` stays fast"
+# (module, the kernorch module it imports inside a function) -> why that import cannot be at the top.
+# Code-generator modules are exempt for now (their lazy imports go with KNOWN_CODEGEN_CYCLES).
+LAZY_IMPORTS = {
+    ("kernorch", "kernorch.runtime.compile"): "`import kernorch` loads no torch or codegen (kernorch.compile on use)",
+    ("kernorch", "kernorch.runtime.optimize"): "as kernorch.compile",
+    ("kernorch", "kernorch.runtime.model"): "as kernorch.compile (kernorch.load, CompiledModel)",
+    ("kernorch.ir.oracle", "kernorch.ir.tensors"): "torch, for an argument that is a tensor: the oracle stays torch-free",
+    ("kernorch.cli", "kernorch.frontend.onnx_import"): _CLI + " (onnx)",
+    ("kernorch.cli", "kernorch.frontend.summary"): _CLI + " (onnx)",
+    ("kernorch.cli", "kernorch.frontend.inputs"): _CLI + " (ml_dtypes, scipy)",
+    ("kernorch.cli", "kernorch.frontend.reference"): _CLI + " (onnx)",
+    ("kernorch.cli", "kernorch.runtime.doctor"): _CLI + " (torch, the code generator)",
+    ("kernorch.cli", "kernorch.runtime.segments"): _CLI + " (torch, the rewrites)",
+    ("kernorch.cli_run", "kernorch.frontend.inputs"): _CLI + " (ml_dtypes, scipy)",
+    ("kernorch.cli_run", "kernorch.runtime.benchmark"): _CLI + " (torch, the code generator)",
+    ("kernorch.cli_run", "kernorch.runtime.html_report"): _CLI + " (torch, compile())",
+    ("kernorch.cli_run", "kernorch.runtime.summary"): _CLI + "; `import kernorch.cli` loads no kernorch.runtime "
+                                                      "(tests/test_cli.py)",
+    ("kernorch.cli_db", "kernorch.orchestrate.cluster"): _CLI + " (torch, the providers)",
+    ("kernorch.cli_db", "kernorch.runtime.compile"): _CLI + " (torch, the code generator)",
+    ("kernorch.cli_db", "kernorch.orchestrate.machine"): _CLI + " (the code generator)",
+    ("kernorch.cli_db", "kernorch.orchestrate.measure"): _CLI + " (torch, the code generator)",
+}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the kernorch modules it imports (at the top or inside functions; not under TYPE_CHECKING)."""
+    edges: dict[str, set[str]] = {}
+    for path in _sources():
+        me = _module_name(path)
+        edges[me] = {target for _, target in kernorch_imports(path) if target != me}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan, iterative), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_module_cycles():
+    bad = [c for c in _cycles(_import_graph()) if not all(_in_codegen(m) for m in c)]
+    assert not bad, ("kernorch modules import each other in a cycle (move the shared piece down into the lower "
+                     "module or a small new one):\n" + "\n".join(" <-> ".join(c) for c in bad))
+
+
+def test_no_folder_cycles():
+    """Between subpackages and top-level modules (the layers of ALLOWED) no cycle either."""
+    layers: dict[str, set[str]] = {}
+    for me, targets in _import_graph().items():
+        layers.setdefault(_layer(me), set()).update(_layer(t) for t in targets if _layer(t) != _layer(me))
+    bad = _cycles(layers)
+    assert not bad, "layers import each other in a cycle:\n" + "\n".join(" <-> ".join(c) for c in bad)
+
+
+def _lazy_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, kernorch module) of every import inside a function of ``path`` (TYPE_CHECKING exempt)."""
+    tree = ast.parse(path.read_text(), str(path))
+    inside = {n.lineno for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return [(line, target) for line, target in kernorch_imports(path) if line in inside]
+
+
+def test_lazy_imports_are_the_listed_few():
+    """A kernorch import inside a function is there for start-up time or an optional heavy dependency,
+    says why in a ``# lazy:`` comment on its line, and is listed in LAZY_IMPORTS with that reason."""
+    found, unlisted, uncommented = set(), [], []
+    for path in _sources():
+        me = _module_name(path)
+        if _in_codegen(me):
+            continue  # exempt for now: see KNOWN_CODEGEN_CYCLES
+        lines = path.read_text().splitlines()
+        for line, target in _lazy_imports(path):
+            where = f"{path.relative_to(PKG.parent)}:{line} imports {target}"
+            found.add((me, target))
+            if (me, target) not in LAZY_IMPORTS:
+                unlisted.append(where)
+            if "# lazy:" not in lines[line - 1]:
+                uncommented.append(where)
+    assert not unlisted, ("imports inside functions: move them to the top of the module; if one must stay (start-up "
+                          "time, an optional heavy dependency), add it to LAZY_IMPORTS in " + __file__ +
+                          " with its reason:\n" + "\n".join(unlisted))
+    assert not uncommented, "a lazy import says why on its line (`# lazy: ...`):\n" + "\n".join(uncommented)
+    stale = sorted(set(LAZY_IMPORTS) - found)
+    assert not stale, f"LAZY_IMPORTS lists imports that are no longer inside functions; remove them: {stale}"
+
+
+def test_the_cycle_finder(tmp_path):
+    """The checker itself: a cycle through three modules is one component; a self-import none."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": {"d"}, "e": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c"]]
+    p = tmp_path / "kernorch" / "probe.py"
+    p.parent.mkdir()
+    (p.parent / "__init__.py").write_text("")
+    (p.parent / "other.py").write_text("")
+    p.write_text("from kernorch import other\ndef f():\n    from kernorch import other  # lazy: why\n"
+                 "class C:\n    def g(self):\n        import kernorch.other\n")
+    assert [t for _, t in kernorch_imports(p, p.parent)] == ["kernorch.other"] * 3
