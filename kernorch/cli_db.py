@@ -16,9 +16,6 @@ import kernorch
 from kernorch.cli_common import parse_input_shapes, positive_int
 from kernorch.errors import KernorchError
 from kernorch.options import Env
-from kernorch.orchestrate.db_merge import export_rows, merge_rows, read_rows
-from kernorch.orchestrate.trust import doubt
-from kernorch.orchestrate.tuning_db import TuningDB, default_path
 
 # A price measured while other processes kept at least this many cores busy is suspect: the
 # machine was shared, even when no sample was visibly preempted (hyperthread siblings, caches).
@@ -80,6 +77,8 @@ def _add_tuning_args(q, positive_int) -> None:
 
 def suspicious(db) -> list[tuple[object, str]]:
     """(row, reason) for every stored price that should not be trusted."""
+    from kernorch.orchestrate.trust import doubt  # lazy: sqlite3; `kernorch --help` stays fast
+
     out = []
     for row in db.rows():
         why = doubt(row.record)
@@ -92,6 +91,8 @@ def suspicious(db) -> list[tuple[object, str]]:
 
 
 def _open(path):
+    from kernorch.orchestrate.tuning_db import TuningDB, default_path  # lazy: sqlite3; `kernorch --help` stays fast
+
     p = Path(path) if path else default_path()
     if not p.exists():
         raise KernorchError(f"tuning database {p} does not exist (nothing has been tuned into it yet)")
@@ -135,6 +136,9 @@ def cmd_db_check(args) -> int:
 
 
 def cmd_db_transfer(args) -> int:
+    from kernorch.orchestrate.db_merge import export_rows, merge_rows, read_rows  # lazy: sqlite3; as above
+    from kernorch.orchestrate.tuning_db import TuningDB, default_path  # lazy: sqlite3; as above
+
     if args.action == "export":
         with _open(args.db) as db:
             n = export_rows(db, args.paths[0])

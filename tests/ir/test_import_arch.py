@@ -178,7 +178,7 @@ LAZY_IMPORTS = {
     ("kernorch", "kernorch.runtime.compile"): "`import kernorch` loads no torch or codegen (kernorch.compile on use)",
     ("kernorch", "kernorch.runtime.optimize"): "as kernorch.compile",
     ("kernorch", "kernorch.runtime.model"): "as kernorch.compile (kernorch.load, CompiledModel)",
-    ("kernorch.ir.oracle", "kernorch.ir.tensors"): "torch, for an argument that is a tensor: the oracle stays torch-free",
+    ("kernorch.ir.oracle", "kernorch.ir.tensors"): "torch, only for a tensor argument: the oracle stays torch-free",
     ("kernorch.cli", "kernorch.frontend.onnx_import"): _CLI + " (onnx)",
     ("kernorch.cli", "kernorch.frontend.summary"): _CLI + " (onnx)",
     ("kernorch.cli", "kernorch.frontend.inputs"): _CLI + " (ml_dtypes, scipy)",
@@ -190,6 +190,9 @@ LAZY_IMPORTS = {
     ("kernorch.cli_run", "kernorch.runtime.html_report"): _CLI + " (torch, compile())",
     ("kernorch.cli_run", "kernorch.runtime.summary"): _CLI + "; `import kernorch.cli` loads no kernorch.runtime "
                                                       "(tests/test_cli.py)",
+    ("kernorch.cli_db", "kernorch.orchestrate.tuning_db"): _CLI + " (sqlite3: 5% of --help)",
+    ("kernorch.cli_db", "kernorch.orchestrate.trust"): _CLI + " (the tuning database, as above)",
+    ("kernorch.cli_db", "kernorch.orchestrate.db_merge"): _CLI + " (the tuning database, as above)",
     ("kernorch.cli_db", "kernorch.orchestrate.cluster"): _CLI + " (torch, the providers)",
     ("kernorch.cli_db", "kernorch.runtime.compile"): _CLI + " (torch, the code generator)",
     ("kernorch.cli_db", "kernorch.orchestrate.machine"): _CLI + " (the code generator)",
