@@ -7,7 +7,6 @@
 """
 
 from kernorch.errors import KernorchError
-from kernorch.options import CodegenOptions
 
 __all__ = ["CodegenOptions", "CompiledModel", "KernorchError", "compile", "load", "optimize"]
 __version__ = "0.1.0"
@@ -23,6 +22,10 @@ def __getattr__(name: str):
         from kernorch.runtime.optimize import optimize  # lazy: as above
 
         return optimize
+    if name == "CodegenOptions":
+        from kernorch.options import CodegenOptions  # lazy: `import kernorch` stays at kernorch.errors (~1 ms)
+
+        return CodegenOptions
     if name in ("CompiledModel", "load"):
         from kernorch.runtime import model  # lazy: as above
 

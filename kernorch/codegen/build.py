@@ -16,6 +16,7 @@ from kernorch.codegen import toolchain
 from kernorch.codegen.c import HEADER, emit_kernel
 from kernorch.codegen.feasible import kernel_kind, why_not
 from kernorch.codegen.kernel import KernelSpec
+from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.lower import lower
 from kernorch.codegen.runner import CKernel, Kernel, OpaqueKernel
 from kernorch.codegen.toolchain import cache_dir, compile_source, default_threads, function, load  # noqa: F401
@@ -49,8 +50,6 @@ def build_many(items: Sequence[Item], num_threads: int | None = None, g: Graph |
         if kind is Kind.OPAQUE:
             out[k] = OpaqueKernel(graph, members)
         elif kind is Kind.LINEAR:
-            from kernorch.codegen.linear import LinearKernel
-
             out[k] = LinearKernel(graph, members, outputs)
         else:
             specs.append((k, lower(graph, members, outputs, num_threads=threads, options=options), graph))

@@ -20,12 +20,14 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
+from kernorch.codegen import triton_warm
 from kernorch.codegen.feasible import CannotGenerate, kernel_kind, kernel_prims
 from kernorch.codegen.linear import LinearKernel
 from kernorch.codegen.runner import TORCH_DTYPE, Kernel, OpaqueKernel, as_tensor
 from kernorch.codegen.triton import emit_triton, tuning_space, why_not_triton
 from kernorch.codegen.triton_lower import TritonConfig, TritonLowering, TritonSpec, lower_triton
 from kernorch.errors import KernorchError
+from kernorch.ir import interp
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind
 from kernorch.options import Env
@@ -142,9 +144,7 @@ def _workers(n: int):
     kept for the process (its first settings win)."""
     global _WORKERS
     if _WORKERS is None:
-        from kernorch.codegen.triton_warm import Workers
-
-        _WORKERS = Workers(n or min(16, max(1, (os.cpu_count() or 2) - 1)))
+        _WORKERS = triton_warm.Workers(n or min(16, max(1, (os.cpu_count() or 2) - 1)))
     return _WORKERS
 
 
@@ -164,10 +164,8 @@ def precompile_async(kernels: Iterable, workers: int = 0) -> list:
 
 
 def wait(pending: list) -> None:
-    from kernorch.codegen.triton_warm import wait as wait_workers
-
     try:
-        wait_workers(pending)
+        triton_warm.wait(pending)
     except Exception:  # noqa: BLE001 - a broken worker: the launch compiles instead
         pass
 
@@ -209,16 +207,14 @@ class HostKernel(DeviceKernel):
     capturable = False
 
     def __init__(self, g: Graph, members, outputs: Sequence[int], device: torch.device) -> None:
-        from kernorch.ir import interp
-
         self.sub = g.subgraph(set(members), list(outputs))
         super().__init__(self.sub.inputs, outputs, [g.types[v] for v in self.sub.inputs],
                          [g.types[v] for v in outputs], "reference interpreter",
                          g.kernel_key(set(members), list(outputs)))
-        self.device, self._interp = device, interp
+        self.device = device
 
     def _run(self, ins, outs) -> None:
-        res = self._interp.run(self.sub, {v: t.cpu().numpy() for v, t in zip(self.inputs, ins)})
+        res = interp.run(self.sub, {v: t.cpu().numpy() for v, t in zip(self.inputs, ins)})
         for v, o in zip(self.outputs, outs):
             o.copy_(torch.from_numpy(np.ascontiguousarray(res[v])).reshape(o.shape))
 

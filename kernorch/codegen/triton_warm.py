@@ -76,7 +76,7 @@ def _warm(job: dict) -> None:
 
     import torch
 
-    from kernorch.codegen.runner import TORCH_DTYPE
+    from kernorch.codegen.runner import TORCH_DTYPE  # lazy: a compile worker process loads torch with its first job
 
     torch.cuda.set_device(job["device"])
     name = Path(job["path"]).stem

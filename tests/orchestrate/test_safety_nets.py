@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 import kernorch
 from kernorch import codegen
+from kernorch.codegen import version as codegen_version_module
 from kernorch.orchestrate import machine, measure
 from kernorch.orchestrate.tuning_db import TuningDB
 from kernorch.providers import base as pbase
@@ -249,7 +250,7 @@ def test_each_key_component_misses_the_cache(tmp_path, monkeypatch):
     assert _prefetch_counts(*_measured_cost(db)) == (0, measured)  # the control: every component equal
     assert _prefetch_counts(*_measured_cost(db, target="cpu2")) == (measured, 0)  # target
     assert _prefetch_counts(*_measured_cost(db, threads=2)) == (measured, 0)  # threads
-    monkeypatch.setattr(measure, "CODEGEN_VERSION", measure.CODEGEN_VERSION + "-next")
+    monkeypatch.setattr(codegen_version_module, "CODEGEN_VERSION", codegen_version_module.CODEGEN_VERSION + "-next")
     assert _prefetch_counts(*_measured_cost(db)) == (measured, 0)  # code-generator version
 
 
