@@ -3,7 +3,7 @@ solver, the strategies) imports neither measuring nor the tuning database nor an
 through another module, so it runs and is tested on any DAG without a machine to time on; tuning
 (measure, database, cluster, trust) sits above it and may import it."""
 
-from test_import_arch import _module_name, _sources, kernorch_imports
+from test_import_arch import _module_name, _sources, imports_reached
 
 PLANNING = {f"kernorch.orchestrate.{m}" for m in (
     "baselines", "candidate", "contract", "cost", "dag", "enumerate", "from_graph", "joins", "knobs", "partition",
@@ -13,19 +13,9 @@ BELOW = ("kernorch.ir", "kernorch.errors")
 
 
 def test_planning_reaches_no_measuring_or_io():
-    by_name = {_module_name(p): p for p in _sources()}
-    assert PLANNING <= set(by_name), f"planning modules gone: {sorted(PLANNING - set(by_name))}; update PLANNING"
-    bad = []
-    for start in sorted(PLANNING):
-        seen, todo = set(), [start]
-        while todo:
-            m = todo.pop()
-            if m in seen or m not in by_name:
-                continue
-            seen.add(m)
-            for line, target in kernorch_imports(by_name[m]):
-                if target not in PLANNING and not target.startswith(BELOW) and target != "kernorch.orchestrate":
-                    bad.append(f"{m}:{line} imports {target} (reached from {start})")
-                elif target in PLANNING:
-                    todo.append(target)
-    assert not bad, "\n".join(sorted(set(bad)))
+    known = {_module_name(p) for p in _sources()}
+    assert PLANNING <= known, f"planning modules gone: {sorted(PLANNING - known)}; update PLANNING"
+    bad = {f"{m}:{line} imports {target} (reached from {start})"
+           for start in sorted(PLANNING) for m, line, target in imports_reached(start, PLANNING.__contains__)
+           if target not in PLANNING and not target.startswith(BELOW) and target != "kernorch.orchestrate"}
+    assert not bad, "\n".join(sorted(bad))
