@@ -37,7 +37,7 @@ from kernorch.codegen.template import Template
 from kernorch.codegen.winograd_transform import AT, BT, POINTS, TILE, TRANSFORM
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Prim
+from kernorch.ir.prims import Op, Prim
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 TILES = 6  # tiles per block: the rows of one GEMM tile
@@ -51,6 +51,9 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
     instead (see the module doc), else why not."""
     if not options.winograd:
         return "Winograd convolutions are switched off"
+    convs = [p for p in prims if p.op is Op.CONV]  # first the cheap test: feasibility asks for every candidate
+    if len(convs) != 1 or g.types[convs[0].inputs[1]].shape[2:] != (3, 3) or convs[0].attrs.strides != (1, 1):
+        return "not one 3x3 convolution with unit strides"
     as_gemm = gemm.why_not(g, prims, outputs)
     if as_gemm is not None:
         return as_gemm
