@@ -6,6 +6,7 @@
 #   bench/mutation.sh                       # every module below (long: hours on 2 cores)
 #   bench/mutation.sh ir/index.py           # one module (the path under kernorch/)
 #   MAX_CHILDREN=4 KEEP=1 bench/mutation.sh runtime/memory.py
+#   THRESHOLD=95 bench/mutation.sh codegen/window.py   # exit 1 when a module scores below (default 90%)
 #
 # Runs in a temporary copy of the working tree (tracked and untracked, not ignored, files), so nothing is written to the
 # checkout (mutmut keeps its state in <copy>/mutants; KEEP=1 keeps the copy and prints its path,
@@ -25,9 +26,26 @@ declare -A TESTS=(
   [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_index_edges.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py tests/runtime/test_memory_edges.py"
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
+  # code generation (issue 44): each template's own kernel tests, checked against the interpreter
+  [codegen/gemm.py]="tests/codegen/test_gemm_kernels.py tests/codegen/test_templates.py"
+  [codegen/gemm_helpers.py]="tests/codegen/test_gemm_kernels.py"
+  [codegen/gemm_product.py]="tests/codegen/test_gemm_kernels.py"
+  [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py"
+  [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py"
+  [codegen/window.py]="tests/codegen/test_window_kernels.py"
+  [codegen/lower.py]="tests/codegen/test_templates.py"
+  # the reference interpreter and the fission rules, against onnxruntime
+  [ir/interp.py]="tests/fission"
 )
+for rule in activations constants einsum elementwise indexing linear norms pool positions quantize reduce resize shape_ops; do
+  TESTS[fission/rules/$rule.py]="tests/fission"
+done
 ORDER=(orchestrate/measure.py providers/base.py providers/select.py ir/oracle.py orchestrate/tuning_db.py ir/index.py
-       runtime/memory.py orchestrate/solver.py)
+       runtime/memory.py orchestrate/solver.py codegen/gemm.py codegen/gemm_helpers.py codegen/gemm_product.py
+       codegen/winograd.py codegen/stencil.py codegen/window.py codegen/lower.py ir/interp.py
+       fission/rules/{activations,constants,einsum,elementwise,indexing,linear,norms,pool,positions,quantize,reduce,resize,shape_ops}.py)
+# a module whose share of killed mutants is below this fails the run (exit 1)
+THRESHOLD=${THRESHOLD:-90}
 MODULES=("$@")
 [ ${#MODULES[@]} -eq 0 ] && MODULES=("${ORDER[@]}")
 command -v mutmut >/dev/null || { echo "mutmut is not installed: pip install mutmut" >&2; exit 2; }
@@ -54,12 +72,12 @@ EOF
     export KERNORCH_CACHE_DIR="$work/.build" KERNORCH_DB="$work/.tuning.sqlite"
     mutmut run --max-children "${MAX_CHILDREN:-2}" >"$work/run.log" 2>&1 || true
     mutmut export-cicd-stats >/dev/null 2>&1 || true
-    python - "$mod" <<'EOF'
+    python - "$mod" "$THRESHOLD" <<'EOF'
 import json, subprocess, sys
 from pathlib import Path
 p = Path("mutants/mutmut-cicd-stats.json")
 if not p.exists():
-    print("   no results (see run.log)"); sys.exit(0)
+    print("   no results (see run.log)"); sys.exit(1)
 s = json.loads(p.read_text())
 killed, total = s.get("killed", 0), s.get("total", 0)
 tested = total - s.get("skipped", 0) - s.get("not_checked", 0)
@@ -70,8 +88,12 @@ for line in out.splitlines():  # mutants not killed: survived, timed out, suspic
     name, _, status = line.strip().rpartition(": ")
     if name and status in ("survived", "timeout", "suspicious", "no tests"):
         print(f"   {status}: {name}   (mutmut show {name})")
+score = 100 * killed / max(tested, 1)
+if score < float(sys.argv[2]):
+    print(f"   BELOW THRESHOLD: {score:.1f}% < {sys.argv[2]}%")
+    sys.exit(1)
 EOF
-  )
+  ) || status=1
   if [ -n "${KEEP:-}" ]; then echo "   kept: $work"; else rm -rf "$work"; fi
 done
 exit $status
