@@ -11,6 +11,10 @@
 # Runs in a temporary copy of the working tree (tracked and untracked, not ignored, files), so nothing is written to the
 # checkout (mutmut keeps its state in <copy>/mutants; KEEP=1 keeps the copy and prints its path,
 # e.g. to run `mutmut show NAME` there). Needs `pip install mutmut` (3.x).
+# Each mutant's tests run in a process forked from a fork server that has only collected the tests
+# (process_isolation = "forkserver"): forked from mutmut's main process, which ran the whole suite
+# for its stats, a child hangs in the first OpenMP region (the interpreter's torch convolutions: libgomp
+# is not fork-safe), and every mutant whose tests reach one is counted a timeout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -65,6 +69,7 @@ only_mutate = ["kernorch/$mod"]
 pytest_add_cli_args_test_selection = [${sel%, }]
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
 also_copy = ["examples", "bench"]
+process_isolation = "forkserver"
 EOF
   echo "== kernorch/$mod  (tests: $tests)"
   (
