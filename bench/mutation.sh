@@ -32,7 +32,7 @@ declare -A TESTS=(
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
   # code generation (issue 44): each template's own kernel tests, checked against the interpreter
   [codegen/gemm.py]="tests/codegen/test_gemm_kernels.py tests/codegen/test_templates.py"
-  [codegen/gemm_helpers.py]="tests/codegen/test_gemm_kernels.py"
+  [codegen/gemm_helpers.py]="tests/codegen/test_gemm_helpers.py"
   [codegen/gemm_product.py]="tests/codegen/test_gemm_kernels.py"
   [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py"
   [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py"
