@@ -1,0 +1,118 @@
+"""Reference-interpreter edges the rule tests do not reach (mutation testing, issue 44): integer
+division and casts beyond float64's exact range, bfloat16 arithmetic carried in float32, an opaque
+node onnx's reference cannot run (run natively instead), and the single-node models and sessions
+behind opaque prims. Oracles: onnxruntime, or NumPy computing the documented rule directly."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from onnx_oracle import check, feeds_of, node_model, run_ort
+from kernorch.frontend.onnx_import import import_onnx
+from kernorch.ir import interp
+from kernorch.ir.graph import Builder
+from kernorch.ir.prims import Op
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def test_integer_division_is_exact_beyond_float64s_53_bits():
+    """Truncation toward zero on int64 quotients that float64 division would round."""
+    a = np.asarray([2**62 + 1, -(2**62 + 1), 2**53 + 1, -(2**53 + 3), 2**61 + 7, 7, -7, 0], np.int64)
+    b = np.asarray([3, 3, 1, -1, -2, -2, 2, 5], np.int64)
+    (out,) = check("Div", {"a": a, "b": b})
+    assert out[0] == (2**62 + 1) // 3 and out[1] == -((2**62 + 1) // 3) and out[2] == 2**53 + 1
+
+
+@pytest.mark.parametrize("src,dst,values", [
+    ("int64", "int32", [2**40 + 7, -(2**40) - 9, 2**33 + 5, 2**53 + 1, -3]),  # wraps, no float detour
+    ("int64", "int16", [2**40 + 7, 2**53 + 3, -(2**45) - 1]),
+    ("float32", "int64", [3e9, -3e9, 2.0**40 + 2**17, -7.9, 7.9]),  # beyond int32, truncated
+    ("float64", "int64", [2.0**52 + 0.5 * 2, -(2.0**50) - 0.75 * 4, 9.99, -9.99]),
+])
+def test_cast_of_values_beyond_int32(src, dst, values):
+    x = np.asarray(values, src)
+    (out,) = check("Cast", {"x": x}, to=helper.np_dtype_to_tensor_dtype(np.dtype(dst)))
+    assert out.dtype == np.dtype(dst)
+
+
+def test_float_to_narrow_integer_truncates_then_wraps_through_int32():
+    """The documented rule (``_cast``): toward zero, then modulo 2**bits (C's direct conversion of an
+    out-of-range value is undefined, so the generated kernels convert the same way)."""
+    x = np.asarray([200.7, 300.2, -200.5, -3.7, 70000.5, 2.9, -129.9, 255.99], np.float32)
+    for dst in ("int8", "uint8", "int16", "uint16"):
+        got = interp._cast(x, dst)
+        bits = np.dtype(dst).itemsize * 8
+        want = [(int(v) % 2**bits) - (2**bits if np.dtype(dst).kind == "i" and int(v) % 2**bits >= 2**(bits - 1)
+                                      else 0) for v in x]
+        assert got.dtype == np.dtype(dst) and got.tolist() == want, dst
+
+
+def _bf16_graph(build, *shapes):
+    b = Builder()
+    ins = [b.input(s, "bfloat16") for s in shapes]
+    out = build(b, *ins)
+    b.g.outputs.append(out)
+    return b.g
+
+
+def test_bfloat16_reduction_and_matmul_accumulate_in_float32():
+    """bf16 inputs are computed in float32 and rounded once to bf16: a long sum in bf16 itself would
+    stop growing (8 significant bits) far below the float32 result."""
+    x = np.full((1024,), 1 + 2**-7, BF16)
+    g = _bf16_graph(lambda b, v: b.reduce(Op.SUM, v, [0], keepdims=False), (1024,))
+    (got,) = interp.run(g, [x]).values()
+    assert got.dtype == BF16 and float(got) == float(np.float32(1024 * (1 + 2**-7)).astype(BF16))
+    a, w = np.full((2, 512), 1 + 2**-7, BF16), np.ones((512, 3), BF16)
+    g = _bf16_graph(lambda b, u, v: b.matmul(u, v), (2, 512), (512, 3))
+    (got,) = interp.run(g, [a, w]).values()
+    want = (a.astype(np.float32) @ w.astype(np.float32)).astype(BF16)
+    assert got.dtype == BF16 and np.array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_bfloat16_moves_stay_exact():
+    x = (np.arange(12, dtype=np.float32) * 1.25 - 3).astype(BF16).reshape(3, 4)
+    g = _bf16_graph(lambda b, v: b.concat([b.permute(v, (1, 0)), b.permute(v, (1, 0))], 1), (3, 4))
+    (got,) = interp.run(g, [x]).values()
+    assert got.dtype == BF16 and np.array_equal(got.astype(np.float32), np.concatenate([x.T, x.T], 1).astype(np.float32))
+
+
+def test_an_opaque_node_without_a_reference_implementation_runs_natively():
+    """Scatter-9 has no onnx.reference implementation: the interpreter runs it in onnxruntime, at the
+    node's own opset (Scatter is gone from later opsets)."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    i = np.asarray([[1, 0], [2, 3]], np.int64)
+    u = np.asarray([[-5, -6], [-7, -8]], np.float32)
+    model = node_model("Scatter", {"x": x, "i": i, "u": u}, opset=9, axis=1)
+    g, report = import_onnx(model)
+    assert report.opaque == {"Scatter": 1}
+    (got,) = interp.run(g, [x, i, u]).values()
+    (want,) = run_ort(model, feeds_of(model, {"x": x, "i": i, "u": u}))
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert want[0, 1] == -5 and want[1, 3] == -8
+
+
+def test_single_node_model_types_inputs_and_only_the_first_output():
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)
+    types = [((2, 5), "float32"), ((1,), "int64")]
+    m = interp.single_node_model(node, types, 11, "float16")
+    assert [(o.domain, o.version) for o in m.opset_import] == [("", 11)]
+    assert [tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in m.graph.input] == [(2, 5), (1,)]
+    assert [i.type.tensor_type.elem_type for i in m.graph.input] == [TensorProto.FLOAT, TensorProto.INT64]
+    assert [o.type.tensor_type.elem_type for o in m.graph.output] == [TensorProto.FLOAT16, TensorProto.UNDEFINED]
+    untyped = interp.single_node_model(node, types, 11)
+    assert [o.type.tensor_type.elem_type for o in untyped.graph.output] == [TensorProto.UNDEFINED] * 2
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_node_session_runs_the_node_without_a_spinning_pool(threads):
+    node = helper.make_node("Relu", ["x"], ["y"])
+    s = interp.NodeSession(node, [((2, 5), "float32")], 14, "float32", threads=threads)
+    opts = s.session.get_session_options()
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.intra_op_num_threads == (threads or 0)
+    assert [(i.name, i.shape, i.type) for i in s.session.get_inputs()] == [("x", [2, 5], "tensor(float)")]
+    assert [o.type for o in s.session.get_outputs()] == ["tensor(float)"]
+    x = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
+    assert np.array_equal(s.run([x]), np.maximum(x, 0))
