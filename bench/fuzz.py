@@ -57,6 +57,7 @@ class _Model:
     inits: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     shapes: dict = field(default_factory=dict)  # tensor name -> shape
+    feeds: dict = field(default_factory=dict)  # name -> array of the graph inputs that are not float32
     ops: collections.Counter = field(default_factory=collections.Counter)
     n: int = 0
 
@@ -480,6 +481,94 @@ def _misc(m: _Model, x: str) -> str:
     return _transpose(m, x)
 
 
+# -- the "templates" profile: sizes that reach every kernel template, batches, typed inputs --------
+
+WIDE_COLUMNS = [16, 17, 31, 32, 33, 48]  # around the GEMM's 16- and 32-column panels
+
+
+def _wide_conv(m: _Model, x: str, winograd: bool = False) -> str:
+    """A convolution wide enough for the GEMM or Winograd templates: 3x3 with unit strides (Winograd
+    takes >= 12 output columns and >= 17 channels read channels-last; ``winograd``: always such
+    a one), 1x1, or strided, with output channels around the panel widths and odd remainders."""
+    n, c, h, w = m.shapes[x]
+    kind = 0.0 if winograd else m.rng.random()
+    k, s = (3, 1) if kind < 0.5 else (1, 1) if kind < 0.8 else (3, 2)
+    if min(h, w) < k:
+        return _unary(m, x)
+    p = k // 2 if m.rng.random() < 0.8 else 0
+    out_c = int(m.rng.choice(WIDE_COLUMNS[1:] if winograd else WIDE_COLUMNS + [3, 7]))
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    inputs = [x, m.weights((out_c, c, k, k), 1 / np.sqrt(c * k * k))]
+    if m.rng.random() < 0.7:
+        inputs.append(m.weights((out_c,)))
+    y = m.node("Conv", inputs, (n, out_c, oh, ow), kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p])
+    if m.rng.random() < 0.5:  # an epilogue
+        y = m.node(str(m.rng.choice(["Relu", "Sigmoid", "HardSwish"])), [y], m.shapes[y])
+    return y
+
+
+def _wide_matmul(m: _Model, x: str) -> str:
+    """A product with panels of columns and remainders (16, 17, 31, 32, 33, 48 columns)."""
+    shape = m.shapes[x]
+    k, n = shape[-1], int(m.rng.choice(WIDE_COLUMNS))
+    w = m.weights((k, n), 1 / np.sqrt(k))
+    y = m.node("MatMul", [x, w], list(shape[:-1]) + [n])
+    if m.rng.random() < 0.5:
+        y = m.node("Add", [y, m.weights((n,))], m.shapes[y])
+    return y
+
+
+def _nhwc(m: _Model, x: str) -> str:
+    """A layout conversion and back (NCHW -> NHWC -> NCHW): transposed tiles."""
+    n, c, h, w = m.shapes[x]
+    y = m.node("Transpose", [x], (n, h, w, c), perm=[0, 2, 3, 1])
+    if m.rng.random() < 0.5:
+        y = _unary(m, y)
+    return m.node("Transpose", [y], (n, c, h, w), perm=[0, 3, 1, 2])
+
+
+def _avg_pool(m: _Model, x: str) -> str:
+    """An average pooling of 2x2 or 3x3 windows (window sums), padded or not."""
+    n, c, h, w = m.shapes[x]
+    k = int(m.rng.integers(2, 4))
+    if min(h, w) < k:
+        return _unary(m, x)
+    s = int(m.rng.integers(1, 3))
+    p = int(m.rng.integers(0, k))
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    return m.node("AveragePool", [x], (n, c, oh, ow), kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p],
+                  count_include_pad=int(m.rng.integers(0, 2)))
+
+
+def _typed_input(m: _Model, x: str) -> str:
+    """A graph input that is not float32: a boolean mask (Where), int64 indices (Gather at run time)
+    or int32 values (Cast, then arithmetic)."""
+    shape = m.shapes[x]
+    nm = f"in{len(m.inputs)}"
+    kind = m.rng.random()
+    if kind < 0.4:
+        mshape = _broadcastable(m.rng, shape) or shape
+        m.inputs.append(helper.make_tensor_value_info(nm, TensorProto.BOOL, list(mshape)))
+        m.feeds[nm] = m.rng.random(mshape) < 0.5
+        return m.node("Where", [nm, x, m.weights(_broadcastable(m.rng, shape))], shape)
+    if kind < 0.7:
+        axis = int(m.rng.integers(0, len(shape)))
+        ishape = [int(v) for v in m.rng.integers(1, 4, size=int(m.rng.integers(1, 3)))]
+        out = list(shape[:axis]) + ishape + list(shape[axis + 1:])
+        if len(out) > 5:
+            return _unary(m, x)
+        m.inputs.append(helper.make_tensor_value_info(nm, TensorProto.INT64, ishape))
+        m.feeds[nm] = m.rng.integers(0, shape[axis], size=ishape).astype(np.int64)
+        return m.node("Gather", [x, nm], out, axis=axis)
+    ishape = _broadcastable(m.rng, shape) or shape
+    m.inputs.append(helper.make_tensor_value_info(nm, TensorProto.INT32, list(ishape)))
+    m.feeds[nm] = m.rng.integers(-20, 20, size=ishape).astype(np.int32)
+    i = m.node("Mul", [nm, m.const(np.int32(3), "i")], ishape)
+    m.shapes.pop(i)
+    f = m.node("Cast", [i], ishape, to=TensorProto.FLOAT)
+    return m.node("Add", [x, m.node("Mul", [f, m.const(np.float32(0.05))], ishape)], _broadcast(shape, ishape))
+
+
 # family -> (builder, rank needed (None: any), weight)
 FAMILIES = {
     "unary": (_unary, None, 3), "binary": (_binary, None, 3), "reduce": (_reduce, None, 2),
@@ -489,34 +578,58 @@ FAMILIES = {
     "clip_where": (_clip_where, None, 1), "expand_tile": (_expand_tile, None, 1), "gather": (_gather, None, 1),
     "split": (_split, None, 1), "space": (_space, 4, 1), "misc": (_misc, None, 1),
 }
+# the "templates" profile adds these to FAMILIES
+WIDE_FAMILIES = {
+    "wide_conv": (_wide_conv, 4, 5), "wide_matmul": (_wide_matmul, None, 2), "nhwc": (_nhwc, 4, 1),
+    "avg_pool": (_avg_pool, 4, 1), "typed_input": (_typed_input, None, 2),
+}
+PROFILES = ("templates", "v1")  # v1: the generator before the templates profile (the old regression seeds)
 
 
-def model_for(seed: int, max_ops: int = 6) -> tuple[onnx.ModelProto, dict[str, np.ndarray], collections.Counter]:
-    """A random valid model, its random feeds, and the ONNX ops it uses; all from ``seed``."""
+def model_for(seed: int, max_ops: int = 6, profile: str = "templates"
+              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], collections.Counter]:
+    """A random valid model, its random feeds, and the ONNX ops it uses; all from ``seed`` and the
+    generator's ``profile`` (PROFILES: "templates" reaches every kernel template with wider sizes,
+    batches and typed inputs; "v1" is the generator the old regression seeds were found with)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown fuzz profile {profile!r}; choose from {', '.join(PROFILES)}")
+    wide = profile == "templates"
     rng = np.random.default_rng(seed)
     m = _Model(rng)
-    big = rng.random() < 0.25  # dims around the code generator's block sizes (15/16/17, 31..33)
+    big = rng.random() < (0.5 if wide else 0.25)  # dims around the code generator's block sizes (15/16/17, 31..33)
     dim = (lambda: int(rng.choice([15, 16, 17, 31, 33]))) if big else (lambda: int(rng.integers(1, 7)))
     if rng.random() < 0.5:  # an image-like input for conv / pool
-        hw = (lambda: int(rng.choice([15, 16, 17]))) if big else (lambda: int(rng.integers(3, 9)))
-        shapes = [(1, int(rng.integers(1, 5)), hw(), hw())]
+        sizes = [12, 13, 16, 17, 20] if wide else [15, 16, 17]
+        hw = (lambda: int(rng.choice(sizes))) if big or wide else (lambda: int(rng.integers(3, 9)))
+        batch = int(rng.integers(1, 4)) if wide else 1
+        shapes = [(batch, int(rng.integers(1, 9 if wide else 5)), hw(), hw())]
     else:
         r = int(rng.integers(2, 5))
         shapes = [tuple(dim() if k >= r - 2 else int(rng.integers(1, 4)) for k in range(r))]
     if rng.random() < 0.3:
         shapes.append(_broadcastable(rng, shapes[0]) or shapes[0])
+    # an image fed channels-last, read through a transposition: convolutions may read it in place (Winograd)
+    nchw = shapes[0] if wide and len(shapes[0]) == 4 and rng.random() < 0.35 else None
+    if nchw is not None:
+        shapes[0] = (nchw[0], nchw[2], nchw[3], nchw[1])
     for k, s in enumerate(shapes):
         nm = f"in{k}"
         m.inputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, list(s)))
         m.shapes[nm] = tuple(s)
-    names = list(FAMILIES)
-    weights = np.array([FAMILIES[f][2] for f in names], dtype=float)
-    steps = int(rng.integers(2, max_ops + 1))
     made = []
+    if nchw is not None:
+        x = m.node("Transpose", ["in0"], nchw, perm=[0, 3, 1, 2])
+        if rng.random() < 0.6:
+            made.append(_wide_conv(m, x, winograd=True))
+    families = {**FAMILIES, **WIDE_FAMILIES} if wide else FAMILIES
+    names = list(families)
+    weights = np.array([families[f][2] for f in names], dtype=float)
+    steps = int(rng.integers(2, max_ops + 1))
+    made = [] if not wide else made
     for _ in range(steps):
         for _try in range(10):
             fam = names[int(rng.choice(len(names), p=weights / weights.sum()))]
-            fn, rank, _ = FAMILIES[fam]
+            fn, rank, _ = families[fam]
             x = m.pick(rank)
             if x is None or int(np.prod(m.shapes[x])) > 8192 or int(np.prod(m.shapes[x])) == 0:
                 continue
@@ -532,7 +645,23 @@ def model_for(seed: int, max_ops: int = 6) -> tuple[onnx.ModelProto, dict[str, n
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     feeds = {f"in{k}": (rng.standard_normal(s) * 1.5).astype(np.float32) for k, s in enumerate(shapes)}
-    return model, feeds, m.ops
+    return model, {**feeds, **m.feeds}, m.ops
+
+
+def model_digest(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> str:
+    """A digest of what a seed drew (nodes, attributes, weights, feeds), independent of how onnx
+    serializes: equal digests, equal models."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for n in model.graph.node:
+        attrs = sorted((a.name, repr(helper.get_attribute_value(a))) for a in n.attribute)
+        h.update(repr((n.op_type, list(n.input), list(n.output), attrs)).encode())
+    for t in model.graph.initializer:
+        h.update(t.name.encode() + numpy_helper.to_array(t).tobytes())
+    for k in sorted(feeds):
+        h.update(k.encode() + feeds[k].tobytes())
+    return h.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -546,6 +675,25 @@ class Result:
     valid: bool = True  # onnxruntime accepted the model
     failures: list[tuple[str, str]] = field(default_factory=list)  # (strategy, what)
     reason: str = ""
+    reached: collections.Counter = field(default_factory=collections.Counter)  # kernels per template / trait / provider
+
+
+TEMPLATE_NAMES = ("winograd", "gemm", "loops")  # kernorch.codegen.templates.TEMPLATES, in their order
+
+
+def kernels_reached(cm) -> collections.Counter:
+    """The compiled model's kernels counted by the template that wrote them ("template gemm") and
+    each variant it took ("gemm: row remainder"), or by the provider that runs them."""
+    out: collections.Counter = collections.Counter()
+    for kern in cm.kernels:
+        spec = getattr(kern, "spec", None)
+        template = getattr(spec, "template", "")
+        if not template:
+            out[f"provider {kern.provider}"] += 1
+            continue
+        out[f"template {template}"] += 1
+        out.update(f"{template}: {t}" for t in spec.traits)
+    return out
 
 
 def reference(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
@@ -576,13 +724,27 @@ def mismatch(want: np.ndarray, got: np.ndarray) -> str | None:
     return None if err <= TOLERANCE else f"max rel err {err:.3g}"
 
 
+def compile_options(seed: int, profile: str) -> dict:
+    """compile()'s keywords for ``seed`` besides the strategy: the thread count varies (schedules
+    depend on it); in the templates profile three seeds in four compile to kernorch's own kernels
+    only (no providers, no regions), the fourth with the default providers, and every compile is
+    strict (a generated kernel that fails its check is an error, not a silent fallback)."""
+    opts = {"threads": (1, 2, 3)[seed % 3]}
+    if profile == "templates":
+        opts["strict"] = True
+        if seed % 4:
+            opts.update(providers=(), regions=False)
+    return opts
+
+
 def check_seed(seed: int, strategies=STRATEGIES, db: str | None = None, max_ops: int = 6,
-               verbose: bool = False) -> Result:
+               verbose: bool = False, profile: str = "templates") -> Result:
     """Generate the model of ``seed``, compile it with each strategy, compare with onnxruntime."""
     import kernorch
 
-    model, feeds, ops = model_for(seed, max_ops)
-    threads = (1, 2, 3)[seed % 3]  # schedules depend on the thread count
+    model, feeds, ops = model_for(seed, max_ops, profile)
+    opts = compile_options(seed, profile)
+    threads = opts["threads"]
     res = Result(seed, ops)
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -595,7 +757,8 @@ def check_seed(seed: int, strategies=STRATEGIES, db: str | None = None, max_ops:
     db = db or os.path.join(tempfile.mkdtemp(prefix="kn-fuzz-"), "db.sqlite")
     for s in strategies:
         try:
-            cm = kernorch.compile(model, strategy=s, cost="model", db=db, progress=False, threads=threads)
+            cm = kernorch.compile(model, strategy=s, cost="model", db=db, progress=False, **opts)
+            res.reached.update(kernels_reached(cm))
             got = cm.run(feeds)
             for name, w in zip(cm.output_names, want):
                 why = mismatch(w, got[name].numpy())
@@ -618,12 +781,27 @@ def _worker(args) -> int:
     seed = args.seed
     for _ in range(RECYCLE):
         print(f"BEGIN {seed}", flush=True)
-        res = check_seed(seed, tuple(args.strategies.split(",")), db, args.ops, args.verbose)
+        res = check_seed(seed, tuple(args.strategies.split(",")), db, args.ops, args.verbose, args.profile)
         print(json.dumps({"seed": seed, "valid": res.valid, "reason": res.reason, "ops": dict(res.ops),
-                          "failures": res.failures}), flush=True)
+                          "failures": res.failures, "reached": dict(res.reached)}), flush=True)
         seed += 1
     print(f"RECYCLE {seed}", flush=True)
     return 0
+
+
+def report_reached(reached: collections.Counter) -> str:
+    """Kernels per template (every template must be reached), their variants and the providers."""
+    lines = ["kernels per template: " + ", ".join(f"{t} {reached[f'template {t}']}" for t in TEMPLATE_NAMES)]
+    for t in TEMPLATE_NAMES:
+        variants = sorted((k.split(": ", 1)[1], v) for k, v in reached.items() if k.startswith(f"{t}: "))
+        if variants:
+            lines.append(f"  {t}: " + ", ".join(f"{name} {v}" for name, v in variants))
+    providers = sorted((k.split(" ", 1)[1], v) for k, v in reached.items() if k.startswith("provider "))
+    lines.append("kernels per provider: " + (", ".join(f"{p} {v}" for p, v in providers) or "none"))
+    missing = [t for t in TEMPLATE_NAMES if not reached[f"template {t}"]]
+    if missing:
+        lines.append("templates NOT reached: " + ", ".join(missing))
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -636,6 +814,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed (model k uses seed + k)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--ops", type=int, default=6, help="most op families drawn per model")
+    ap.add_argument("--profile", default="templates", choices=PROFILES,
+                    help="generator: templates (default: reaches every kernel template) or v1 (the old seeds')")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -644,6 +824,7 @@ def main(argv=None) -> int:
     strategies = tuple(args.strategies.split(","))
     deadline = time.monotonic() + 60 * args.minutes if args.minutes else None
     covered: collections.Counter = collections.Counter()
+    reached: collections.Counter = collections.Counter()
     generated = invalid = failed_models = mismatches = errors = crashes = 0
     t0 = time.monotonic()
     seed = args.seed
@@ -651,7 +832,8 @@ def main(argv=None) -> int:
 
     def start(first: int):
         cmd = [sys.executable, "-X", "faulthandler", "-m", "bench.fuzz", "--worker", "--seed", str(first),
-               "--strategies", ",".join(strategies), "--ops", str(args.ops)] + (["--verbose"] if args.verbose else [])
+               "--strategies", ",".join(strategies), "--ops", str(args.ops), "--profile", args.profile] + (
+                   ["--verbose"] if args.verbose else [])
         err = tempfile.TemporaryFile(mode="w+")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, cwd=root)
         return proc, err
@@ -691,6 +873,7 @@ def main(argv=None) -> int:
                     print(f"seed {res['seed']}: generator produced an invalid model: {res['reason']}", flush=True)
                 continue
             covered.update(res["ops"])
+            reached.update(res.get("reached", {}))
             failed_models += bool(res["failures"])
             for s, what in res["failures"]:
                 mismatches += what.startswith("mismatch")
@@ -703,7 +886,8 @@ def main(argv=None) -> int:
     print(f"\nmodels generated: {generated} ({generated - invalid} valid, {invalid} invalid) in {minutes:.1f} min, "
           f"seeds {args.seed}..{seed}")
     print(f"ops covered: {len(covered)}: " + ", ".join(f"{k} {v}" for k, v in sorted(covered.items())))
-    print(f"strategies: {', '.join(strategies)}")
+    print(f"strategies: {', '.join(strategies)}; profile {args.profile}")
+    print(report_reached(reached))
     print(f"mismatches: {mismatches}, errors: {errors}, crashes: {crashes}, models failing: {failed_models}")
     return 1 if (mismatches or errors or crashes) else 0
 

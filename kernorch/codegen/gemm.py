@@ -227,9 +227,17 @@ class GemmLowerer(KernelLowerer):
         note = (f"GEMM {M}x{K} @ {K}x{N}, batch {nb}: {npan} panels of {self.nr} columns x {chunks} row chunks{order}, "
                 f"{how}{role}")
         key = g.kernel_key(set(self.producers), self.outputs)
+        variant = ("one row" if gemv is not None else "window dots in place" if direct else "dot rows" if dots else
+                   "windows in place" if in_place else "windows copied" if win is not None else
+                   "A computed" if fill else "A in place")
+        traits = {variant, *(["narrow tiles"] if narrow else []), *(["row remainder"] if M % self.mr else []),
+                  *(["column remainder"] if N % self.nr else []), *(["batched"] if nb > 1 else []),
+                  *(["every panel per row block"] if inner else []), *(["staged stores"] if staged else []),
+                  *(["epilogue"] if len(self.prims) > 1 else [])}
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
-                          workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+                          workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs(),
+                          traits=tuple(sorted(traits)))
 
     def _buffers(self) -> tuple[Arg, ...]:
         """The kernel's arguments: inputs ``in0``.., then outputs ``out0``.. (their names in ``self.buf``)."""

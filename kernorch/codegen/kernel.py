@@ -141,3 +141,5 @@ class KernelSpec(SpecHeader):
     # read it (``packing.packed_copy``)
     packs: tuple[tuple[int, tuple[int, ...], int, str], ...] = ()
     options: CodegenOptions = DEFAULT_CODEGEN  # the switches it was generated with (a saved model regenerates it so)
+    template: str = ""  # the template that wrote it (templates.py), set by lower.lower
+    traits: tuple[str, ...] = ()  # which of its template's variants it took (e.g. "window sums"): what fuzzing counts

@@ -13,6 +13,7 @@ live in memory.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -75,8 +76,9 @@ def lower(g: Graph, members: set[int], outputs: list[int], threads: int, options
           name: str | None) -> KernelSpec:
     """The loop nests of the kernel (``why_not`` said None), reductions read through a permutation
     computed in that order (reduce_order.py)."""
-    g, members = permuted_reduces(g, members, outputs)
-    return LoopLowerer(g, members, outputs, threads, options).run(name)
+    permuted, members = permuted_reduces(g, members, outputs)
+    spec = LoopLowerer(permuted, members, outputs, threads, options).run(name)
+    return spec if permuted is g else dataclasses.replace(spec, traits=spec.traits + ("permuted reduce",))
 
 
 class LoopLowerer(KernelLowerer):
@@ -86,6 +88,7 @@ class LoopLowerer(KernelLowerer):
                  options: CodegenOptions = DEFAULT_CODEGEN) -> None:
         super().__init__(g, members, outputs)
         self.threads, self.options = threads, options
+        self.traits: set[str] = set()  # KernelSpec.traits
 
     def run(self, name: str | None) -> KernelSpec:
         g = self.g
@@ -103,12 +106,17 @@ class LoopLowerer(KernelLowerer):
             stored = [v for v in sorted(sch.mat) if v not in self.outputs and v not in compared
                       and self.producers[v].kind is not Kind.REDUCE]
             notes.append("stored to avoid recomputation: " + ", ".join(local[v] for v in stored))
+            self.traits.add("stored to avoid recomputation")
         if compared:
             notes.append("stored once, compared with its own max/min: " + ", ".join(local[v] for v in sorted(compared)))
         key = g.kernel_key(set(self.producers), self.outputs)
+        self.traits |= {"stencil" for p in self.prims if p.op is Op.CONV}
+        self.traits |= {"window sums"} if sch.windows else set()
+        self.traits |= {"reduce" for p in self.prims if p.kind is Kind.REDUCE and p.output not in sch.windows}
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=body, sizes=tuple(self.vs.sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
-                          workspace=self.arena, notes=tuple(notes) + self.pack_notes(), packs=self.pack_specs())
+                          workspace=self.arena, notes=tuple(notes) + self.pack_notes(), packs=self.pack_specs(),
+                          traits=tuple(sorted(self.traits)))
 
     # -- groups and stages ------------------------------------------------------------------
     def group(self, stages: list[Stage], P: int) -> Parallel:
@@ -251,9 +259,11 @@ class LoopLowerer(KernelLowerer):
             return None
         copy = transpose.block_copy(inner, vk, vi)
         if copy is not None:  # a layout conversion: whole tiles transposed in registers
+            self.traits.add("layout tiles")
             tk, ti = self.vs.new(nk // TILE), self.vs.new(ni // TILE)
             body = transpose.tiles(copy, vk, nk, vi, ni, tk, ti, inner, self.vs.subst)
             return self._around(nest, k, body)
+        self.traits.add("tiled transposed read")
         tk, ti = self.vs.new(-(-nk // TILE)), self.vs.new(-(-ni // TILE))
         sizes = self.vs.sizes
 

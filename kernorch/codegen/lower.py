@@ -30,4 +30,4 @@ def lower(g: Graph, members: Iterable[int], outputs: Sequence[int], name: str | 
         raise CannotGenerate("; ".join(f"{n}: {r}" for n, r in templates.reasons(g, kernel_prims(g, members),
                                                                                  outputs, options).items()))
     spec = template.lower(g, members, list(outputs), num_threads or default_threads(), options, name)
-    return dataclasses.replace(spec, options=options)
+    return dataclasses.replace(spec, options=options, template=template.name)

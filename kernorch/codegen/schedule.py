@@ -63,6 +63,7 @@ class Schedule:
     stages: list[Stage]
     groups: list[tuple[list[int], int]]  # (stage positions, P)
     mat: set[int]
+    windows: set[int] = field(default_factory=set)  # window reduces written out tap by tap (window.py)
 
 
 class Vars:
@@ -107,7 +108,7 @@ def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, thr
         plain_groups = _group(g, plain, vs, width)
         if saved < GROUP_COST * (len(groups) - len(plain_groups)):
             mat, stages, groups = base, plain, plain_groups
-    return Schedule(stages, groups, mat)
+    return Schedule(stages, groups, mat, windows)
 
 
 def _analyze(g: Graph, prims, producers, mat: set[int], vs: Vars, windows: set[int]) -> list[Stage]:

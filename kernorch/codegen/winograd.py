@@ -136,9 +136,12 @@ class WinogradLowerer(GemmLowerer):
                 f"tiles of {TILE} pixels of a row, {POINTS} products of {TILES}x{k3} @ {k3}x{NR} per block and "
                 f"panel of {NR} channels (the image read channels-last in place)")
         key = g.kernel_key(set(self.producers), self.outputs)
+        traits = {*(["partial row tiles"] if ow % TILE else []), *(["column remainder"] if N % NR else []),
+                  *(["batched"] if nb > 1 else []), *(["epilogue"] if len(self.prims) > 1 else [])}
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
-                          workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs())
+                          workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs(),
+                          traits=tuple(sorted(traits)))
 
 
 def _combination(row: np.ndarray, names: list[str]) -> str:
