@@ -150,3 +150,38 @@ def test_operands_computed_from_rows_read_contiguously(name):
 def test_an_operand_computed_by_a_reduction_is_not_a_prologue():
     g, members, outputs = _computed(lambda b: b.reduce(Op.SUM, b.input((5, 8, 3)), (2,), keepdims=False))
     assert gemm_product.product_of(g, g.prims) == "%1 feeding matmul is computed, not a view of an input"
+
+
+def _shape_by_hand(g, name: str) -> tuple[int, int, int, int]:
+    """(M, K, N, batch) of a kernel test's product, from its prim's shapes and the role the test
+    says its operands play (the pixels as A's rows, or the weight)."""
+    from test_gemm_kernels import PIXEL_ROWS
+
+    (lin,) = [p for p in g.prims if p.op in (Op.MATMUL, Op.CONV)]
+    out = g.types[lin.output].shape
+    if lin.op is Op.MATMUL:
+        return out[-2], g.types[lin.inputs[0]].shape[-1], out[-1], int(np.prod(out[:-2]))
+    w = g.types[lin.inputs[1]].shape
+    pixels, taps = int(np.prod(out[2:])), int(np.prod(w[1:]))
+    return (pixels, taps, w[0], out[0]) if name in PIXEL_ROWS else (w[0], taps, pixels, out[0])
+
+
+def test_the_note_states_the_product_counted_by_hand():
+    """Every kernel test's GEMM: its note's sizes and batch against the shapes; its threads' units
+    (the Parallel loop) cover every batch and panel, and the row chunks split the row blocks."""
+    from test_gemm_kernels import CASES, NARROW
+
+    for name, make in CASES.items():
+        g, members, outputs = make()
+        spec = codegen.lower(g, members, outputs, num_threads=THREADS)
+        M, K, N, batch = _shape_by_hand(g, name)
+        assert spec.notes[0].startswith(f"GEMM {M}x{K} @ {K}x{N}, batch {batch}: "), (name, spec.notes[0])
+        nr = 16 if name in NARROW else 32
+        panels = -(-N // nr)
+        assert f": {panels} panels of {nr} columns x " in spec.notes[0], (name, spec.notes[0])
+        chunks = int(spec.notes[0].split(" row chunks")[0].rsplit(" ", 1)[1])
+        blocks = -(-M // (12 if name in NARROW else 6))
+        assert 1 <= chunks <= blocks, (name, spec.notes[0])
+        (par,) = spec.body
+        upan = 1 if "every panel per row block" in spec.notes[0] else panels
+        assert par.extent == batch * upan * chunks, (name, par.extent)
