@@ -37,7 +37,7 @@ declare -A TESTS=(
   [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py"
   [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py"
   [codegen/window.py]="tests/codegen/test_window_kernels.py"
-  [codegen/lower.py]="tests/codegen/test_templates.py"
+  [codegen/lower.py]="tests/codegen/test_templates.py tests/codegen/test_lower_edges.py"
   # the reference interpreter and the fission rules, against onnxruntime
   [ir/interp.py]="tests/fission"
 )
