@@ -11,6 +11,7 @@ import pytest
 from cg_util import THREADS, check, finish
 from kernorch import codegen
 from kernorch.codegen import gemm, gemm_product
+from kernorch.ir import index as ix, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
 
@@ -185,3 +186,105 @@ def test_the_note_states_the_product_counted_by_hand():
         (par,) = spec.body
         upan = 1 if "every panel per row block" in spec.notes[0] else panels
         assert par.extent == batch * upan * chunks, (name, par.extent)
+
+
+_1X1 = ConvAttrs((1, 1), (0,) * 4, (1, 1), 1)
+_3X3 = ConvAttrs((1, 1), (1,) * 4, (1, 1), 1)
+
+
+def _nhwc_view(shape, starts, out):
+    """A channels-last image: a slice of an NHWC input, as NCHW."""
+    def make(b):
+        x = b.input(shape)
+        if tuple(out) != tuple(shape):
+            x = b.view(x, layout.slice_(shape, starts, (1,) * 4, out))
+        return b.permute(x, (0, 3, 1, 2))
+    return make
+
+
+def _conv_of(image, cout, cin, k=1):
+    def make(b):
+        return b.conv(image(b), b.constant(_c(cout, cin, k, k)), None, _1X1 if k == 1 else _3X3)
+    return make
+
+
+# convolutions whose image is an unusual view, the role the GEMM gives their operands (in its note),
+# all checked against the interpreter
+ROLES = {
+    # one element: an immediate, never A's rows (the weight is)
+    "one-element image": (_conv_of(lambda b: b.input((1, 1, 1, 1)), 40, 1), "(1x1 convolution: A is the weight)"),
+    # channels-last, a slice along W: the pixels are no single run, so the rows are computed per block
+    "slice along W": (_conv_of(_nhwc_view((1, 5, 9, 8), (0, 0, 2, 0), (1, 5, 4, 8)), 40, 8),
+                      "(1x1 convolution: A's rows are the pixels, computed per row block)"),
+    # one row of a channels-last image (H = 1): its pixels are one run, read in place
+    "one row": (_conv_of(_nhwc_view((1, 5, 9, 8), (0, 2, 0, 0), (1, 1, 9, 8)), 40, 8),
+                "(1x1 convolution: A's rows are the pixels)"),
+    # two columns: rows and columns both size > 1 matter
+    "two columns": (_conv_of(_nhwc_view((1, 3, 2, 8), (0,) * 4, (1, 3, 2, 8)), 40, 8),
+                    "(1x1 convolution: A's rows are the pixels)"),
+    # a slice of the channels: rows one W stride (12) apart, 8 floats each
+    "channel slice": (_conv_of(_nhwc_view((1, 3, 5, 12), (0,) * 4, (1, 3, 5, 8)), 40, 8),
+                      "(1x1 convolution: A's rows are the pixels)"),
+    # NCHW of one row, of one channel, of two channels: only one channel may be read as rows
+    "NCHW one row": (_conv_of(lambda b: b.input((1, 8, 1, 9)), 40, 8), "(1x1 convolution: A is the weight)"),
+    "NCHW one channel": (_conv_of(lambda b: b.input((1, 1, 4, 9)), 40, 1), "(1x1 convolution: A's rows are the pixels)"),
+    "NCHW two channels": (_conv_of(lambda b: b.input((1, 2, 4, 9)), 40, 2), "(1x1 convolution: A is the weight)"),
+    # windows: one channel (grayscale) read in place by dot products; NCHW of one row, of two channels
+    "grayscale 3x3 to RGB": (_conv_of(lambda b: b.input((1, 1, 9, 11)), 3, 1, 3), "3x3 windows, read in place)"),
+    "NCHW one row 3x3": (_conv_of(lambda b: b.input((1, 4, 1, 9)), 40, 4, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
+    "NCHW two channels 3x3": (_conv_of(lambda b: b.input((1, 2, 5, 9)), 40, 2, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
+}
+
+
+@pytest.mark.parametrize("name", list(ROLES))
+def test_images_read_as_views(name):
+    make, role = ROLES[name]
+    b = Builder()
+    g, members, outputs = finish(b, make(b))
+    assert codegen.why_not(g, members, outputs) is None
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert kernel.spec.notes[0].endswith(role), kernel.spec.notes[0]
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_window_of_a_computed_image_is_refused_by_name():
+    b = Builder()
+    g, members, outputs = finish(b, _conv_of(lambda b: b.unary(Op.RELU, b.input((1, 4, 6, 6))), 40, 4, 3)(b))
+    assert gemm_product.product_of(g, g.prims) == "%1 feeding conv is computed, not a view of an input"
+
+
+def _after(view):
+    """y = x @ w (1, 4, 6), then ``view`` of it."""
+    b = Builder()
+    y = b.matmul(b.input((1, 4, 8)), b.constant(_c(8, 6)))
+    return b, view(b, y)
+
+
+VIEWS_AFTER = {  # views after the product: those that only permute, add or drop size-1 dims are stored
+    "squeeze": (lambda b, y: b.reshape(y, (4, 6)), None),
+    "unsqueeze": (lambda b, y: b.view(y, layout.make((1, 4, 1, 6), (1, 4, 6), (ix.const(0), ix.var(1), ix.var(3)))),
+                  None),
+    "transpose": (lambda b, y: b.permute(y, (0, 2, 1)), None),
+    "slice": (lambda b, y: b.view(y, layout.slice_((1, 4, 6), (0, 0, 1), (1, 1, 1), (1, 4, 3))),
+              "view %3 after matmul %2 is not a permutation"),
+    "one row": (lambda b, y: b.view(y, layout.make((1, 6), (1, 4, 6), (ix.const(0), ix.const(2), ix.var(1)))),
+                "view %3 after matmul %2 is not a permutation"),
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS_AFTER))
+def test_views_after_the_product(name):
+    view, why = VIEWS_AFTER[name]
+    b, y = _after(view)
+    g, members, outputs = finish(b, b.unary(Op.RELU, y))
+    assert gemm.why_not(g, g.prims, outputs) == why
+    if why is None:
+        check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_window_span_with_strided_taps():
+    """Window.span when a tap is several elements from the next (channels-last: ws = channels)."""
+    w = gemm_product.Window(channels=3, height=20, width=30, strides=(1, 90, 3), out_width=15, kernel=(2, 4),
+                            conv_strides=(1, 1), pads=(0, 0), dilations=(3, 2))
+    taps = [c + kh * 3 * 90 + kw * 2 * 3 for c in range(3) for kh in range(2) for kw in range(4)]
+    assert w.span() == max(taps)
