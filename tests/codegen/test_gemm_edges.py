@@ -11,6 +11,7 @@ import pytest
 from cg_util import THREADS, check, finish
 from kernorch import codegen
 from kernorch.codegen import gemm, gemm_product
+from kernorch.codegen.kernel import Call, Loop
 from kernorch.ir import index as ix, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
@@ -288,3 +289,32 @@ def test_window_span_with_strided_taps():
                             conv_strides=(1, 1), pads=(0, 0), dilations=(3, 2))
     taps = [c + kh * 3 * 90 + kw * 2 * 3 for c in range(3) for kh in range(2) for kw in range(4)]
     assert w.span() == max(taps)
+
+
+def _note_numbers(note: str) -> tuple[int, int, int]:
+    """(K, panels, row chunks) from a GEMM note."""
+    k = int(note.split(" @ ")[1].split("x")[0])
+    panels = int(note.split(": ")[1].split(" panels")[0])
+    chunks = int(note.split(" row chunks")[0].rsplit(" ", 1)[1])
+    return k, panels, chunks
+
+
+@pytest.mark.parametrize("name", ["exact_tiles", "transposed_weight", "long_k", "bias_tanh"])
+def test_each_unit_prefetches_the_next_panel_in_its_first_block_only(name):
+    """The tile's prefetch distance, evaluated for every unit and each of its row blocks: one panel
+    (K x 32 floats) while a next panel exists and the block is the unit's first, else 0."""
+    from test_gemm_kernels import CASES
+
+    g, members, outputs = CASES[name]()
+    spec = codegen.lower(g, members, outputs, num_threads=THREADS)
+    K, panels, chunks = _note_numbers(spec.notes[0])
+    assert panels > 1 and "every panel per row block" not in spec.notes[0]
+    (par,) = spec.body
+    (blocks,) = [s for s in par.body if isinstance(s, Loop)]
+    (tile,) = [s for s in blocks.body if isinstance(s, Call) and s.fn == "kn_gemm_tile"]
+    env = [0] * len(spec.sizes)
+    for u in range(par.extent):
+        for block in range(spec.sizes[blocks.var]):  # the row blocks a unit may have
+            env[par.var], env[blocks.var] = u, block
+            nxt = (u // chunks) % panels < panels - 1
+            assert ix.evaluate(tile.args[-1], env) == (K * gemm.NR if nxt and block == 0 else 0), (u, block)
