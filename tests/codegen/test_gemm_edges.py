@@ -318,3 +318,32 @@ def test_each_unit_prefetches_the_next_panel_in_its_first_block_only(name):
             env[par.var], env[blocks.var] = u, block
             nxt = (u // chunks) % panels < panels - 1
             assert ix.evaluate(tile.args[-1], env) == (K * gemm.NR if nxt and block == 0 else 0), (u, block)
+
+
+def _broadcast_batch(a_shape, b_shape):
+    b = Builder()
+    return finish(b, b.unary(Op.RELU, b.matmul(b.input(a_shape), b.input(b_shape))))
+
+
+BATCHED = {  # a size-1 batch dim of either operand is read at 0 for every batch of the product
+    "B broadcast over the outer batch": ((2, 3, 7, 9), (1, 3, 9, 40)),
+    "A broadcast over the inner batch": ((2, 1, 7, 9), (2, 3, 9, 40)),
+    "A of one batch, B of two": ((1, 7, 9), (2, 9, 40)),
+}
+IMAGES = {  # two images of one channel: the window's or the pixels' batch stride
+    "two grayscale images 3x3": lambda b: b.conv(b.input((2, 1, 7, 9)), b.constant(_c(40, 1, 3, 3)), None, _3X3),
+    "two grayscale images 1x1": lambda b: b.conv(b.input((2, 1, 4, 9)), b.constant(_c(40, 1, 1, 1)), None, _1X1),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCHED) + list(IMAGES))
+def test_batches_broadcast_and_images_of_one_channel(name):
+    if name in BATCHED:
+        g, members, outputs = _broadcast_batch(*BATCHED[name])
+    else:
+        b = Builder()
+        g, members, outputs = finish(b, IMAGES[name](b))
+    assert codegen.why_not(g, members, outputs) is None
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert "GEMM" in kernel.spec.notes[0] and kernel.provider == "c"
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
