@@ -116,3 +116,24 @@ def test_node_session_runs_the_node_without_a_spinning_pool(threads):
     assert [o.type for o in s.session.get_outputs()] == ["tensor(float)"]
     x = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
     assert np.array_equal(s.run([x]), np.maximum(x, 0))
+
+
+def test_run_keeps_every_value_only_when_asked():
+    """``keep``: every value (inputs, constants, each prim's result) by id; otherwise exactly the
+    outputs, an input that is also an output included, whatever was freed on the way."""
+    b = Builder()
+    x = b.input((2, 3), "float32", name="x")
+    one = b.scalar(1.0)
+    a = b.binary(Op.ADD, x, one)
+    y = b.binary(Op.MUL, a, a)  # a read twice by one prim, then no more
+    z = b.binary(Op.SUB, y, x)
+    b.g.outputs += [z, x, y]
+    feed = np.arange(6, dtype=np.float64).reshape(2, 3)  # converted to the declared float32
+    out = interp.run(b.g, {x: feed})
+    assert list(out) == [z, x, y] and all(v.dtype == np.float32 for v in out.values())
+    want_y = (feed + 1) ** 2
+    assert np.array_equal(out[z], want_y - feed) and np.array_equal(out[y], want_y) and np.array_equal(out[x], feed)
+    every = interp.run(b.g, [feed], keep=True)
+    assert set(every) == {x, one, a, y, z} and np.array_equal(every[a], feed + 1) and every[one] == 1.0
+    with pytest.raises(ValueError, match=r"^input x: shape \(3, 2\), expected \(2, 3\)$"):
+        interp.run(b.g, [feed.T])
