@@ -347,3 +347,77 @@ def test_batches_broadcast_and_images_of_one_channel(name):
     kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
     assert "GEMM" in kernel.spec.notes[0] and kernel.provider == "c"
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def _mm(a, w):
+    """x (a) @ w(b): ``w`` builds B."""
+    b = Builder()
+    return finish(b, b.matmul(b.input(a), w(b)))
+
+
+# B operands a constant weight does not cover: packed per unit (no copy packed once), read in bounds
+OPERANDS = {
+    "B padded (a masked view)": (lambda: _mm((5, 8), lambda b: b.view(b.input((6, 40)), layout.pad((6, 40), (1, 0), (1, 0)))),
+                                 False),
+    "B a slice of a constant (an offset)": (lambda: _mm((5, 8), lambda b: b.view(
+        b.constant(_c(12, 40)), layout.slice_((12, 40), (2, 0), (1, 1), (8, 40)))), False),
+    "B a 3-D constant reshaped": (lambda: _mm((5, 8), lambda b: b.reshape(b.constant(_c(2, 4, 40)), (8, 40))), False),
+    "B a square constant, transposed": (lambda: _mm((5, 40), lambda b: b.permute(b.constant(_c(40, 40)), (1, 0))), True),
+    "A computed, batched": (lambda: (lambda b: finish(b, b.matmul(b.unary(Op.RELU, b.input((2, 7, 9))),
+                                                                  b.constant(_c(9, 40)))))(Builder()), True),
+    "pixels' weight computed": (lambda: (lambda b: finish(b, b.conv(b.permute(b.input((1, 3, 5, 8)), (0, 3, 1, 2)),
+                                                                    b.input((40, 8, 1, 1)), None, _1X1)))(Builder()),
+                                False),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERANDS))
+def test_operands_packed_per_unit_or_once(name):
+    make, once = OPERANDS[name]
+    g, members, outputs = make()
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    notes = "\n".join(kernel.spec.notes)
+    assert "GEMM" in notes and ("in panels of 32 columns" in notes) == once, notes
+    if name.startswith("B padded"):  # the select loads the pad's branch too: clamped into the input
+        loads = [ln for ln in kernel.source.splitlines() if "= in" in ln and "[" in ln]
+        assert loads and all("kn_min" in ln for ln in loads), loads
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_few_channels_dilated_along_w_copy_their_windows():
+    """Dot products read a channels-last image in place only where a kernel row is one run: a
+    dilation along w breaks the run, so the windows are copied."""
+    b = Builder()
+    x = b.permute(b.input((1, 9, 11, 4)), (0, 3, 1, 2))
+    g, members, outputs = finish(b, b.conv(x, b.constant(_c(3, 4, 3, 3)), None, ConvAttrs((1, 1), (1, 2, 1, 2), (1, 2), 1)))
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert kernel.spec.notes[0].endswith("3x3 windows, copied per row block)"), kernel.spec.notes[0]
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def _lowered(m, k, n, options=None):
+    b = Builder()
+    g, members, outputs = finish(b, b.matmul(b.input((m, k)), b.constant(_c(k, n))))
+    return codegen.lower(g, members, outputs, num_threads=THREADS, **({"options": options} if options else {}))
+
+
+@pytest.mark.parametrize("m, k, n, options, rows_first", [
+    (60, 32, 64, None, True), (60, 33, 64, None, False),  # short along k: k <= gemm_short_k (32)
+    (192, 64, 64, None, True), (186, 64, 64, None, False),  # a small weight: at least 16 row blocks per thread
+    (192, 1024, 64, None, True), (192, 1025, 64, None, False),  # ... up to gemm_rows_first_bytes (256 KiB) packed
+    (12, 4096, 64, "long", True), (12, 4097, 64, "long", False),  # every panel per row block up to 1 MiB packed
+    (6, 16, 64, None, False),  # one row block: nothing to split by rows
+])
+def test_rows_first_at_its_boundaries(m, k, n, options, rows_first):
+    import dataclasses
+
+    from kernorch.options import DEFAULT_CODEGEN
+
+    opts = dataclasses.replace(DEFAULT_CODEGEN, gemm_short_k=1 << 30) if options == "long" else None
+    note = _lowered(m, k, n, opts).notes[0]
+    assert ("every panel per row block" in note) == rows_first, note
+
+
+def test_a_narrow_product_of_two_rows_uses_the_narrow_tile():
+    assert "tiles of 12 rows" in _lowered(2, 40, 16).notes[0]
+    assert "one row: a dot product per column" not in _lowered(2, 40, 16).notes[0]
