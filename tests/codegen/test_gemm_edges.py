@@ -11,7 +11,7 @@ import pytest
 from cg_util import THREADS, check, finish
 from kernorch import codegen
 from kernorch.codegen import gemm, gemm_product
-from kernorch.codegen.kernel import Call, Loop
+from kernorch.codegen.kernel import Call, Loop, Parallel, Store
 from kernorch.ir import index as ix, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
@@ -59,6 +59,11 @@ REFUSED = {
                            "view %3 after matmul %2 is not a permutation"),
     "product and its transpose": (_two_coords, "add after matmul %2 is not elementwise on its shape"),
     "reduction beside": (_reduce_beside, "sum cannot share a kernel with a generated GEMM"),
+    "float64": (lambda b: b.matmul(b.input((8, 16), dtype="float64"), b.constant(np.ones((16, 4), np.float64))),
+                "matmul %2 is not on float32"),
+    "transposed convolution": (lambda b: b.conv(b.input((1, 4, 5, 5)), b.constant(_c(4, 6, 3, 3)), None,
+                                                ConvAttrs((1, 1), (0,) * 4, (1, 1), 1), transpose=True),
+                               "a generated GEMM holds exactly one matmul or convolution and no other linear prim"),
     "two products": (lambda b: b.matmul(b.matmul(b.input((4, 8)), b.constant(_c(8, 8))), b.constant(_c(8, 3))),
                      "a generated GEMM holds exactly one matmul or convolution and no other linear prim"),
 }
@@ -230,6 +235,9 @@ ROLES = {
     "NCHW one row": (_conv_of(lambda b: b.input((1, 8, 1, 9)), 40, 8), "(1x1 convolution: A is the weight)"),
     "NCHW one channel": (_conv_of(lambda b: b.input((1, 1, 4, 9)), 40, 1), "(1x1 convolution: A's rows are the pixels)"),
     "NCHW two channels": (_conv_of(lambda b: b.input((1, 2, 4, 9)), 40, 2), "(1x1 convolution: A is the weight)"),
+    # three spatial dims (a 1x1 3-D convolution): the pixels' flat index unflattened over all three
+    "NCDHW": (lambda b: b.conv(b.input((1, 8, 3, 4, 5)), b.constant(_c(40, 8, 1, 1, 1)), None,
+                               ConvAttrs((1, 1, 1), (0,) * 6, (1, 1, 1), 1)), "(1x1 convolution: A is the weight)"),
     # windows: one channel (grayscale) read in place by dot products; NCHW of one row, of two channels
     "grayscale 3x3 to RGB": (_conv_of(lambda b: b.input((1, 1, 9, 11)), 3, 1, 3), "3x3 windows, read in place)"),
     "NCHW one row 3x3": (_conv_of(lambda b: b.input((1, 4, 1, 9)), 40, 4, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
@@ -421,3 +429,49 @@ def test_rows_first_at_its_boundaries(m, k, n, options, rows_first):
 def test_a_narrow_product_of_two_rows_uses_the_narrow_tile():
     assert "tiles of 12 rows" in _lowered(2, 40, 16).notes[0]
     assert "one row: a dot product per column" not in _lowered(2, 40, 16).notes[0]
+
+
+def _writes(spec) -> dict[str, np.ndarray]:
+    """How often each element of each kernel output is stored, counted by walking the spec's loops
+    with their bounds evaluated (the innermost loop's iterations at once, as arrays); a store
+    outside its output fails here, before any kernel runs."""
+    counts = {a.name: np.zeros(a.size, np.int64) for a in spec.args if a.role == "out"}
+    env: list = [0] * len(spec.sizes)
+
+    def stores(stmts) -> bool:
+        return any(isinstance(s, Store) and s.buf in counts or stores(getattr(s, "body", ()) or ()) for s in stmts)
+
+    def walk(stmts) -> None:
+        for s in stmts:
+            if isinstance(s, Store) and s.buf in counts:
+                off = np.broadcast_to(np.asarray(ix.evaluate(s.offset, env), np.int64), np.shape(env[inner[-1]]) if
+                                      inner else ())
+                assert ((0 <= off) & (off < counts[s.buf].size)).all(), f"a store to {s.buf} leaves it: {s.offset}"
+                np.add.at(counts[s.buf], off.reshape(-1), 1)
+            elif isinstance(s, (Loop, Parallel)) and stores(s.body):
+                lo, hi = (0, s.extent) if isinstance(s, Parallel) else (ix.evaluate(s.lo, env), ix.evaluate(s.hi, env))
+                if isinstance(s, Loop) and not any(isinstance(t, Loop) for t in s.body):  # innermost: vectorized
+                    env[s.var] = np.arange(int(lo), int(hi))
+                    inner.append(s.var)
+                    walk(s.body)
+                    inner.pop()
+                else:
+                    for v in range(int(lo), int(hi)):
+                        env[s.var] = v
+                        walk(s.body)
+
+    inner: list[int] = []
+    walk(spec.body)
+    return counts
+
+
+def test_every_output_element_is_stored_exactly_once():
+    """Every kernel test's GEMM, lowered only: its loops store each element of each output once,
+    never twice (a double store is invisible in the values) and never outside the output."""
+    from test_gemm_kernels import CASES
+
+    for name, make in CASES.items():
+        g, members, outputs = make()
+        spec = codegen.lower(g, members, outputs, num_threads=THREADS)
+        for buf, n in _writes(spec).items():
+            assert (n == 1).all(), (name, buf, np.flatnonzero(n != 1)[:5], n[n != 1][:5])
