@@ -241,6 +241,9 @@ ROLES = {
     # windows: one channel (grayscale) read in place by dot products; NCHW of one row, of two channels
     "grayscale 3x3 to RGB": (_conv_of(lambda b: b.input((1, 1, 9, 11)), 3, 1, 3), "3x3 windows, read in place)"),
     "NCHW one row 3x3": (_conv_of(lambda b: b.input((1, 4, 1, 9)), 40, 4, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
+    # a 3x1 kernel without pads: a window along h only, no 1x1
+    "3x1 kernel": (lambda b: b.conv(b.input((1, 4, 7, 9)), b.constant(_c(40, 4, 3, 1)), None, _1X1),
+                   f"3x1 windows, {gemm.WINDOWS_READ})"),
     "NCHW two channels 3x3": (_conv_of(lambda b: b.input((1, 2, 5, 9)), 40, 2, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
 }
 
