@@ -1,10 +1,15 @@
 """Einsum shapes the cases of test_einsum.py do not reach (mutation testing, issue 44), against
-onnxruntime: several letters owned by one operand, letters of size 1 owned by one operand."""
+onnxruntime: several letters owned by one operand, letters of size 1 owned by one operand, spaces
+in the equation, an ellipsis in one operand only; and the refusal of an operand count the
+equation does not name."""
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from onnx_oracle import check
+from kernorch.errors import UnsupportedOpError
+from kernorch.frontend.onnx_import import import_onnx
 
 RNG = np.random.default_rng(48)
 
@@ -17,6 +22,8 @@ CASES = [
     ("bij,bjk->bik", [(2, 1, 4), (2, 4, 1)]),
     ("i,j->ij", [(1,), (1,)]),
     ("ij,j->i", [(3, 1), (1,)]),
+    (" ij , jk -> ik ", [(3, 4), (4, 5)]),
+    ("...ij,jk", [(2, 3, 4), (4, 5)]),
 ]
 
 
@@ -24,3 +31,13 @@ CASES = [
 def test_einsum_edges(eq, shapes):
     ins = {f"x{k}": RNG.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)}
     check("Einsum", ins, opset=12, equation=eq)
+
+
+def test_an_operand_the_equation_does_not_name_is_refused():
+    node = helper.make_node("Einsum", ["a", "b", "c"], ["y"], equation="ij,jk->ik")
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 3]) for n in "abc"]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])
+    model = helper.make_model(helper.make_graph([node], "e", ins, [out]), opset_imports=[helper.make_opsetid("", 12)])
+    with pytest.raises(UnsupportedOpError,
+                       match=r"^Einsum node '': equation 'ij,jk->ik' names 2 operands, the node has 3$"):
+        import_onnx(model)
