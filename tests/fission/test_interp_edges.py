@@ -3,6 +3,8 @@ division and casts beyond float64's exact range, bfloat16 arithmetic carried in 
 node onnx's reference cannot run (run natively instead), and the single-node models and sessions
 behind opaque prims. Oracles: onnxruntime, or NumPy computing the documented rule directly."""
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -69,6 +71,23 @@ def test_bfloat16_reduction_and_matmul_accumulate_in_float32():
     (got,) = interp.run(g, [a, w]).values()
     want = (a.astype(np.float32) @ w.astype(np.float32)).astype(BF16)
     assert got.dtype == BF16 and np.array_equal(got.astype(np.float32), want.astype(np.float32))
+    # float32, not float64: 256 + 1 + 2**-20 is 257 in float32, a tie that rounds to bf16's even
+    # 256; float64 keeps the 2**-20 and rounds up to 258
+    g = _bf16_graph(lambda b, v: b.reduce(Op.SUM, v, [0], keepdims=False), (3,))
+    (got,) = interp.run(g, [np.asarray([256, 1, 2**-20], BF16)]).values()
+    assert float(got) == 256.0
+
+
+def test_ieee_results_come_without_numpy_warnings():
+    """Division by zero, log of 0 and of negatives give inf/NaN silently (a caller may run with
+    warnings as errors)."""
+    b = Builder()
+    x = b.input((4,), "float32")
+    b.g.outputs += [b.binary(Op.DIV, b.scalar(1.0), x), b.unary(Op.LOG, x), b.unary(Op.SQRT, x)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q, lg, sq = interp.run(b.g, [np.asarray([0.0, -1.0, 2.0, -0.0], np.float32)]).values()
+    assert q.tolist() == [np.inf, -1.0, 0.5, -np.inf] and lg[0] == -np.inf and np.isnan(lg[1]) and np.isnan(sq[1])
 
 
 def test_bfloat16_moves_stay_exact():
