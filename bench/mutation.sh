@@ -35,8 +35,8 @@ declare -A TESTS=(
   [codegen/gemm_helpers.py]="tests/codegen/test_gemm_helpers.py"
   [codegen/gemm_product.py]="tests/codegen/test_gemm_kernels.py"
   [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py"
-  [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py"
-  [codegen/window.py]="tests/codegen/test_window_kernels.py"
+  [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py tests/codegen/test_stencil_edges.py"
+  [codegen/window.py]="tests/codegen/test_window_kernels.py tests/codegen/test_window_edges.py"
   [codegen/lower.py]="tests/codegen/test_templates.py tests/codegen/test_lower_edges.py"
   # the reference interpreter and the fission rules, against onnxruntime
   [ir/interp.py]="tests/fission"
