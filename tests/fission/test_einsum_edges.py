@@ -3,11 +3,13 @@ onnxruntime: several letters owned by one operand, letters of size 1 owned by on
 in the equation, an ellipsis in one operand only; and the refusal of an operand count the
 equation does not name."""
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_oracle import check
+from onnx_oracle import check, run_reference
 from kernorch.errors import UnsupportedOpError
 from kernorch.frontend.onnx_import import import_onnx
 
@@ -24,6 +26,7 @@ CASES = [
     ("ij,j->i", [(3, 1), (1,)]),
     (" ij , jk -> ik ", [(3, 4), (4, 5)]),
     ("...ij,jk", [(2, 3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(3, 4), (4, 5)]),  # an ellipsis of no dimensions
 ]
 
 
@@ -33,11 +36,23 @@ def test_einsum_edges(eq, shapes):
     check("Einsum", ins, opset=12, equation=eq)
 
 
-def test_an_operand_the_equation_does_not_name_is_refused():
-    node = helper.make_node("Einsum", ["a", "b", "c"], ["y"], equation="ij,jk->ik")
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 3]) for n in "abc"]
+def test_implicit_output_sorts_an_upper_case_letter_first():
+    """(The ONNX reference as the oracle: onnxruntime refuses this equation, upper case and all.)"""
+    ins = {"a": RNG.standard_normal((3, 4)).astype(np.float32), "b": RNG.standard_normal((4, 5)).astype(np.float32)}
+    (out,) = check("Einsum", ins, opset=12, oracle=run_reference, equation="Xj,jk")
+    assert out.shape == (3, 5)
+
+
+@pytest.mark.parametrize("shapes,message", [
+    ([(3, 3)] * 3, "equation 'ij,jk->ik' names 2 operands, the node has 3"),
+    ([(3, 3), (3, 3, 1)], "equation 'ij,jk->ik' does not match an operand of rank 3"),
+])
+def test_an_equation_that_does_not_fit_the_operands_is_refused(shapes, message):
+    """(Built by hand: ONNX's shape inference refuses these models before kernorch sees them.)"""
+    names = "abc"[:len(shapes)]
+    node = helper.make_node("Einsum", list(names), ["y"], equation="ij,jk->ik")
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)]
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])
     model = helper.make_model(helper.make_graph([node], "e", ins, [out]), opset_imports=[helper.make_opsetid("", 12)])
-    with pytest.raises(UnsupportedOpError,
-                       match=r"^Einsum node '': equation 'ij,jk->ik' names 2 operands, the node has 3$"):
+    with pytest.raises(UnsupportedOpError, match=f"^Einsum node '': {re.escape(message)}$"):
         import_onnx(model)
