@@ -54,9 +54,18 @@ REFUSED = {
                                         None, ConvAttrs((1, 1), (0,) * 4, (1, 1), 1)), "weight %2 is not contiguous"),
     "strided rows": (lambda b: b.matmul(b.permute(b.input((8, 6)), (1, 0)), b.constant(_c(8, 4))),
                      "rows of %1 are not contiguous"),
+    "strided rows, k = 2": (lambda b: b.matmul(b.permute(b.input((2, 9)), (1, 0)), b.constant(_c(2, 40))),
+                            "rows of %1 are not contiguous"),
+    # rows K apart but channels 2 apart (an affine view of a flat constant): not a contiguous weight
+    "weight channels 2 apart": (lambda b: b.conv(b.input((1, 4, 5, 5)), b.view(b.constant(_c(168)), layout.make(
+        (40, 4, 1, 1), (168,), (ix.var(0) * 4 + ix.var(1) * 2 + ix.var(2),))), None, ConvAttrs((1, 1), (0,) * 4, (1, 1), 1)),
+                                "weight %2 is not contiguous"),
     "scalar A": (lambda b: b.matmul(b.input((1, 1)), b.constant(_c(1, 4))), "%0 is a scalar"),
     "merging view after": (lambda b: b.reshape(b.matmul(b.input((2, 3, 8)), b.constant(_c(8, 4))), (6, 4)),
                            "view %3 after matmul %2 is not a permutation"),
+    # a reduction over a size-1 axis keeps the shape, but is no elementwise prim
+    "reduction after, same shape": (lambda b: b.reduce(Op.SUM, b.matmul(b.input((1, 4, 8)), b.constant(_c(8, 6))), (0,)),
+                                    "sum after matmul %2 is not elementwise on its shape"),
     "product and its transpose": (_two_coords, "add after matmul %2 is not elementwise on its shape"),
     "reduction beside": (_reduce_beside, "sum cannot share a kernel with a generated GEMM"),
     "float64": (lambda b: b.matmul(b.input((8, 16), dtype="float64"), b.constant(np.ones((16, 4), np.float64))),
@@ -340,6 +349,7 @@ BATCHED = {  # a size-1 batch dim of either operand is read at 0 for every batch
     "B broadcast over the outer batch": ((2, 3, 7, 9), (1, 3, 9, 40)),
     "A broadcast over the inner batch": ((2, 1, 7, 9), (2, 3, 9, 40)),
     "A of one batch, B of two": ((1, 7, 9), (2, 9, 40)),
+    "three batch dims": ((2, 3, 2, 5, 8), (2, 3, 2, 8, 40)),
 }
 IMAGES = {  # two images of one channel: the window's or the pixels' batch stride
     "two grayscale images 3x3": lambda b: b.conv(b.input((2, 1, 7, 9)), b.constant(_c(40, 1, 3, 3)), None, _3X3),
@@ -478,3 +488,13 @@ def test_every_output_element_is_stored_exactly_once():
         spec = codegen.lower(g, members, outputs, num_threads=THREADS)
         for buf, n in _writes(spec).items():
             assert (n == 1).all(), (name, buf, np.flatnonzero(n != 1)[:5], n[n != 1][:5])
+
+
+def test_a_product_along_one_k_reads_a_transposed_row():
+    """k = 1: A's column stride does not matter (a transposed row vector is A)."""
+    b = Builder()
+    g, members, outputs = finish(b, b.matmul(b.permute(b.input((1, 9)), (1, 0)), b.constant(_c(1, 40))))
+    assert gemm.why_not(g, g.prims, outputs) is None
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert kernel.spec.notes[0].startswith("GEMM 9x1 @ 1x40")
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
