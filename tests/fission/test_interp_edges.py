@@ -4,6 +4,7 @@ node onnx's reference cannot run (run natively instead), and the single-node mod
 behind opaque prims. Oracles: onnxruntime, or NumPy computing the documented rule directly."""
 
 import warnings
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -14,7 +15,7 @@ from onnx_oracle import check, feeds_of, node_model, run_ort
 from kernorch.frontend.onnx_import import import_onnx
 from kernorch.ir import interp
 from kernorch.ir.graph import Builder
-from kernorch.ir.prims import Op
+from kernorch.ir.prims import ConvAttrs, Op
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -156,3 +157,34 @@ def test_run_keeps_every_value_only_when_asked():
     assert set(every) == {x, one, a, y, z} and np.array_equal(every[a], feed + 1) and every[one] == 1.0
     with pytest.raises(ValueError, match=r"^input x: shape \(3, 2\), expected \(2, 3\)$"):
         interp.run(b.g, [feed.T])
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_convolutions_hand_torch_writable_contiguous_copies(transpose):
+    """Broadcast views are read-only and transposes not C-contiguous: torch warns on (once per
+    process) or copies those, so ``_conv`` copies first; the result is NumPy's own brute force."""
+    import torch
+
+    rng = np.random.default_rng(50)
+    x = np.broadcast_to(rng.standard_normal((1, 2, 1, 5)).astype(np.float32), (1, 2, 4, 5))
+    w = np.asfortranarray(rng.standard_normal((2, 3, 3, 2) if transpose else (3, 2, 3, 2)).astype(np.float32))
+    bias = np.broadcast_to(np.float32(0.5), (3,))
+    seen = []
+    real = torch.from_numpy
+
+    def from_numpy(a):
+        seen.append((a.flags.writeable, a.flags.c_contiguous))
+        return real(a)
+
+    attrs = ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1)
+    with mock.patch.object(torch, "from_numpy", from_numpy):
+        got = interp._conv(Op.CONV_TRANSPOSE if transpose else Op.CONV, [x, w, bias], attrs)
+    assert seen == [(True, True)] * 3
+    if not transpose:  # cross-correlation over every window
+        want = np.stack([[[(x[0, :, i:i + 3, j:j + 2] * w[o]).sum() + 0.5 for j in range(4)] for i in range(2)]
+                         for o in range(3)])[None]
+    else:  # each input pixel scatters w[c, o] * x into the output
+        want = np.full((1, 3, 6, 6), 0.5, np.float32)
+        for c, i, j in np.ndindex(2, 4, 5):
+            want[0, :, i:i + 3, j:j + 2] += x[0, c, i, j] * w[c]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
