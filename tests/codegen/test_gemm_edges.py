@@ -143,6 +143,8 @@ COMPUTED = {
     "one element": lambda b: b.unary(Op.EXP, b.input((1, 1))),
     # a vector broadcast along k reads each row's one element (stride 0): still a row read contiguously
     "broadcast along k": lambda b: b.binary(Op.ADD, b.broadcast_to(b.input((5, 1)), (5, 8)), b.input((5, 8))),
+    # two rows: each row block's rows computed at their own index
+    "two rows": lambda b: b.unary(Op.RELU, b.input((2, 8))),
     # two transposes in a row give back the input's rows: the views compose
     "transposed twice": lambda b: b.unary(Op.NEG, b.permute(b.permute(b.input((5, 8)), (1, 0)), (1, 0))),
 }
@@ -352,6 +354,8 @@ BATCHED = {  # a size-1 batch dim of either operand is read at 0 for every batch
     "three batch dims": ((2, 3, 2, 5, 8), (2, 3, 2, 8, 40)),
 }
 IMAGES = {  # two images of one channel: the window's or the pixels' batch stride
+    "two computed one-channel images 1x1": lambda b: b.conv(b.permute(b.unary(Op.RELU, b.input((2, 4, 9, 1))), (0, 3, 1, 2)),
+                                                            b.constant(_c(40, 1, 1, 1)), None, _1X1),
     "two grayscale images 3x3": lambda b: b.conv(b.input((2, 1, 7, 9)), b.constant(_c(40, 1, 3, 3)), None, _3X3),
     "two grayscale images 1x1": lambda b: b.conv(b.input((2, 1, 4, 9)), b.constant(_c(40, 1, 1, 1)), None, _1X1),
 }
