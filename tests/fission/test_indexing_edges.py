@@ -12,7 +12,7 @@ from onnx_oracle import check, node_model, run_ort
 from kernorch.errors import UnsupportedOpError
 from kernorch.fission.rules.indexing import _pad_map, clamp_slice
 from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp
+from kernorch.ir import interp, layout
 
 RNG = np.random.default_rng(49)
 
@@ -48,6 +48,13 @@ def test_pad_map_matches_np_pad(mode):
             kw = {"constant_values": -1.5} if mode == "constant" else {}
             want = np.pad(x, [(0, 1), (b, e)], mode=mode, **kw)
             np.testing.assert_array_equal(got, want, err_msg=f"{mode} n={n} pads=({b}, {e})")
+
+
+def test_reflect_within_one_period_is_the_plain_pad_map():
+    """Pads up to n - 1 reflect once: layout.pad's map (min/max folds), not the general modulo one."""
+    for n in range(2, 5):
+        for b, e in itertools.product(range(n), repeat=2):
+            assert _pad_map((2, n), [0, b], [1, e], "reflect", 0.0) == layout.pad((2, n), [0, b], [1, e], "reflect", 0.0)
 
 
 def test_reflect_of_a_single_element_repeats_it():
