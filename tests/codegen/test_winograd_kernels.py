@@ -62,6 +62,9 @@ def test_winograd_matches_interpreter(built, name):
     g, members, outputs, kernel = built[name]
     assert winograd.why_not(g, kernel_prims(g, members), outputs) is None
     assert kernel.source.count("kn_wino_tile(") > 1 and any("Winograd" in n for n in kernel.spec.notes)  # called
+    # the kernel is what lowering writes (lowered here too: each case's test reaches the lowering itself,
+    # not only through the fixture, which mutmut credits to the first test alone)
+    assert codegen.lower(g, members, outputs, num_threads=THREADS) == kernel.spec
     fed = feeds(g, seed=3)
     g.outputs = list(outputs)
     ref = interp.run(g, fed)
