@@ -1,7 +1,7 @@
 """codegen.lower's contract (codegen/lower.py), beyond the kernels it writes: an infeasible
 kernel's reason and a library kernel's refusal are raised as they are, no template taking a
 feasible kernel names every template's reason, and the spec carries the options, the name and the
-thread count it was asked for (the toolchain's default when none is)."""
+thread count it was asked for (the toolchain's default when none is), and the template's name."""
 
 import numpy as np
 import pytest
@@ -94,6 +94,7 @@ def test_the_spec_carries_its_options_and_name():
     assert spec.options == off and spec.name == "kn_mine"
     assert not any("Winograd" in n for n in spec.notes)  # the options reached the templates
     assert spec.outputs == tuple(outputs)
+    assert (default.template, spec.template) == ("winograd", "gemm")  # the template that wrote each
 
 
 def test_the_spec_is_scheduled_for_the_threads_asked_for_else_the_default(monkeypatch):
