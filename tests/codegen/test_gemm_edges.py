@@ -387,6 +387,7 @@ OPERANDS = {
     "B a slice of a constant (an offset)": (lambda: _mm((5, 8), lambda b: b.view(
         b.constant(_c(12, 40)), layout.slice_((12, 40), (2, 0), (1, 1), (8, 40)))), False),
     "B a 3-D constant reshaped": (lambda: _mm((5, 8), lambda b: b.reshape(b.constant(_c(2, 4, 40)), (8, 40))), False),
+    "one row, B computed": (lambda: _mm((1, 9), lambda b: b.unary(Op.RELU, b.input((9, 40)))), False),
     "B a square constant, transposed": (lambda: _mm((5, 40), lambda b: b.permute(b.constant(_c(40, 40)), (1, 0))), True),
     "A computed, batched": (lambda: (lambda b: finish(b, b.matmul(b.unary(Op.RELU, b.input((2, 7, 9))),
                                                                   b.constant(_c(9, 40)))))(Builder()), True),
@@ -453,10 +454,13 @@ def _writes(spec) -> dict[str, np.ndarray]:
     with their bounds evaluated (the innermost loop's iterations at once, as arrays); a store
     outside its output fails here, before any kernel runs."""
     counts = {a.name: np.zeros(a.size, np.int64) for a in spec.args if a.role == "out"}
+    # the per-thread arrays (the packed panel, a row block of A, the tile, the staging tile): in bounds
+    arrays = {d.name: d.count for p in spec.body if isinstance(p, Parallel) for d in p.arrays}
     env: list = [0] * len(spec.sizes)
 
     def stores(stmts) -> bool:
-        return any(isinstance(s, Store) and s.buf in counts or stores(getattr(s, "body", ()) or ()) for s in stmts)
+        return any(isinstance(s, Store) and (s.buf in counts or s.buf in arrays) or stores(getattr(s, "body", ()) or ())
+                   for s in stmts)
 
     def walk(stmts) -> None:
         for s in stmts:
@@ -465,6 +469,9 @@ def _writes(spec) -> dict[str, np.ndarray]:
                                       inner else ())
                 assert ((0 <= off) & (off < counts[s.buf].size)).all(), f"a store to {s.buf} leaves it: {s.offset}"
                 np.add.at(counts[s.buf], off.reshape(-1), 1)
+            elif isinstance(s, Store) and s.buf in arrays:
+                off = np.asarray(ix.evaluate(s.offset, env), np.int64)
+                assert ((0 <= off) & (off < arrays[s.buf])).all(), f"a store to {s.buf} leaves it: {s.offset}"
             elif isinstance(s, (Loop, Parallel)) and stores(s.body):
                 lo, hi = (0, s.extent) if isinstance(s, Parallel) else (ix.evaluate(s.lo, env), ix.evaluate(s.hi, env))
                 if isinstance(s, Loop) and not any(isinstance(t, Loop) for t in s.body):  # innermost: vectorized
@@ -484,7 +491,8 @@ def _writes(spec) -> dict[str, np.ndarray]:
 
 def test_every_output_element_is_stored_exactly_once():
     """Every kernel test's GEMM, lowered only: its loops store each element of each output once,
-    never twice (a double store is invisible in the values) and never outside the output."""
+    never twice (a double store is invisible in the values) and never outside the output; its
+    per-thread arrays (panel, rows of A, tile) are stored inside them too."""
     from test_gemm_kernels import CASES
 
     for name, make in CASES.items():
@@ -502,3 +510,25 @@ def test_a_product_along_one_k_reads_a_transposed_row():
     kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
     assert kernel.spec.notes[0].startswith("GEMM 9x1 @ 1x40")
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_of_a_and_the_panel_are_filled_by_vector_loops():
+    """The loops that compute a row block of A into ``ap`` or pack B's panel into ``bp`` run
+    along contiguous memory: each innermost one is marked simd (vectorized)."""
+    from test_gemm_kernels import CASES
+
+    def innermost(stmts):
+        for s in stmts:
+            if isinstance(s, Loop) and not any(isinstance(t, Loop) for t in s.body):
+                yield s
+            yield from innermost(getattr(s, "body", ()) or ())
+
+    seen = set()
+    for name in ("matmul_computed_a", "conv1x1_channels_last_computed_image", "batched_activations", "conv1x1_prologue"):
+        g, members, outputs = CASES[name]()
+        for lp in innermost(codegen.lower(g, members, outputs, num_threads=THREADS).body):
+            bufs = {t.buf for t in lp.body if isinstance(t, Store)} & {"ap", "bp"}
+            if bufs:
+                seen |= bufs
+                assert lp.simd is True, (name, bufs)
+    assert seen == {"ap", "bp"}
