@@ -21,6 +21,7 @@ ROOT=$(pwd)
 
 # module (under kernorch/) -> the tests that guard it (folders, files or test ids)
 SAFETY=tests/orchestrate/test_safety_nets.py
+CG=tests/codegen
 declare -A TESTS=(
   [orchestrate/measure.py]="tests/orchestrate/test_measure.py tests/orchestrate/test_measure_edges.py tests/orchestrate/test_trust.py"
   [providers/base.py]="tests/providers/test_base.py tests/providers/test_select.py"
@@ -30,10 +31,10 @@ declare -A TESTS=(
   [ir/index.py]="tests/ir/test_index_brute.py tests/ir/test_index_edges.py tests/ir/test_layout.py"
   [runtime/memory.py]="tests/runtime/test_memory.py tests/runtime/test_memory_edges.py"
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
-  # code generation (issue 44): each template's own kernel tests, checked against the interpreter
-  [codegen/gemm.py]="tests/codegen/test_gemm_kernels.py tests/codegen/test_templates.py"
-  [codegen/gemm_helpers.py]="tests/codegen/test_gemm_helpers.py"
-  [codegen/gemm_product.py]="tests/codegen/test_gemm_kernels.py"
+  # code generation (issue 44), vs interpreter
+  [codegen/gemm.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py $CG/test_templates.py $CG/test_codegen_options.py"
+  [codegen/gemm_helpers.py]="$CG/test_gemm_helpers.py"
+  [codegen/gemm_product.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py"
   [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py tests/codegen/test_winograd_edges.py"
   [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py tests/codegen/test_stencil_edges.py"
   [codegen/window.py]="tests/codegen/test_window_kernels.py tests/codegen/test_window_edges.py"
