@@ -93,6 +93,15 @@ def test_an_output_not_computed_from_the_product_is_refused():
     assert gemm.why_not(g, g.prims, outputs) == "a generated GEMM writes only the product and values computed from it"
 
 
+def _kernel(g, members, outputs):
+    """The GEMM built, once its spec's stores are checked (each output element once, the per-thread
+    arrays in bounds: ``_writes``): a wrong index fails here instead of corrupting memory when the
+    kernel runs."""
+    for buf, n in _writes(codegen.lower(g, members, outputs, num_threads=THREADS)).items():
+        assert (n == 1).all(), (buf, np.flatnonzero(n != 1)[:5], n[n != 1][:5])
+    return codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+
+
 def _chain(n: int):
     """x -> n negations -> @ w: A computed through n elementwise prims."""
     b = Builder()
@@ -160,7 +169,7 @@ def test_operands_computed_from_rows_read_contiguously(name):
         g, members, outputs = _computed(make)
     prod = gemm_product.product_of(g, g.prims)
     assert isinstance(prod, gemm_product.Product) and prod.a_src is None
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     assert "(A computed per row block)" in kernel.spec.notes[0]
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
@@ -265,7 +274,7 @@ def test_images_read_as_views(name):
     b = Builder()
     g, members, outputs = finish(b, make(b))
     assert codegen.why_not(g, members, outputs) is None
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     assert kernel.spec.notes[0].endswith(role), kernel.spec.notes[0]
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
@@ -302,7 +311,7 @@ def test_views_after_the_product(name):
     g, members, outputs = finish(b, b.unary(Op.RELU, y))
     assert gemm.why_not(g, g.prims, outputs) == why
     if why is None:
-        check(codegen.build_kernel(g, members, outputs, num_threads=THREADS), g, outputs, rtol=1e-4, atol=1e-4)
+        check(_kernel(g, members, outputs), g, outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_window_span_with_strided_taps():
@@ -369,7 +378,7 @@ def test_batches_broadcast_and_images_of_one_channel(name):
         b = Builder()
         g, members, outputs = finish(b, IMAGES[name](b))
     assert codegen.why_not(g, members, outputs) is None
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     assert "GEMM" in kernel.spec.notes[0] and kernel.provider == "c"
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
@@ -401,7 +410,7 @@ OPERANDS = {
 def test_operands_packed_per_unit_or_once(name):
     make, once = OPERANDS[name]
     g, members, outputs = make()
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     notes = "\n".join(kernel.spec.notes)
     assert "GEMM" in notes and ("in panels of 32 columns" in notes) == once, notes
     if name.startswith("B padded"):  # the select loads the pad's branch too: clamped into the input
@@ -416,7 +425,7 @@ def test_few_channels_dilated_along_w_copy_their_windows():
     b = Builder()
     x = b.permute(b.input((1, 9, 11, 4)), (0, 3, 1, 2))
     g, members, outputs = finish(b, b.conv(x, b.constant(_c(3, 4, 3, 3)), None, ConvAttrs((1, 1), (1, 2, 1, 2), (1, 2), 1)))
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     assert kernel.spec.notes[0].endswith("3x3 windows, copied per row block)"), kernel.spec.notes[0]
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
@@ -507,7 +516,7 @@ def test_a_product_along_one_k_reads_a_transposed_row():
     b = Builder()
     g, members, outputs = finish(b, b.matmul(b.permute(b.input((1, 9)), (1, 0)), b.constant(_c(1, 40))))
     assert gemm.why_not(g, g.prims, outputs) is None
-    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    kernel = _kernel(g, members, outputs)
     assert kernel.spec.notes[0].startswith("GEMM 9x1 @ 1x40")
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
 
