@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from onnx_oracle import check, node_model, run_ort
 from kernorch.errors import UnsupportedOpError
@@ -114,3 +115,15 @@ def test_runtime_indices_of_either_integer_type(op, idx, itype):
         np.testing.assert_array_equal(got, run_ort(model, ins)[0])
     else:
         check(op, ins)
+
+
+def test_runtime_indices_of_another_dtype_are_refused():
+    """(Built by hand: ONNX's type constraints refuse float indices before kernorch sees them.)"""
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+           helper.make_tensor_value_info("i", TensorProto.FLOAT, [2])]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    model = helper.make_model(helper.make_graph([node], "g", ins, [out]), opset_imports=[helper.make_opsetid("", 13)])
+    message = "Gather node '': indices (input 1) have dtype float32; ONNX allows int32 and int64"
+    with pytest.raises(UnsupportedOpError, match=f"^{re.escape(message)}$"):
+        import_onnx(model)
