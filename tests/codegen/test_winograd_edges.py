@@ -1,8 +1,9 @@
 """Edges of the Winograd F(6,3) template (codegen/winograd.py), by lowering alone (no compiler):
 every refusal word for word, at its bounds (12 output columns and 17 output channels are taken,
 one fewer is not); the spec it writes (name and key, the transformed weight's pack, the threaded
-block loop, the vectorized epilogue, the note, the variants it took); and the C text of its
-helpers, whose input and output transforms evaluate to BT @ d and AT @ m."""
+block loop whose blocks cover each image's tiles, the per-thread scratch sizes, the vectorized
+epilogue, the note, the variants it took); and the C text of its helpers, whose input and output
+transforms evaluate to BT @ d and AT @ m."""
 
 import re
 
@@ -16,6 +17,7 @@ from kernorch.codegen.facts import kernel_prims
 from kernorch.codegen.gemm_helpers import NR
 from kernorch.codegen.kernel import Loop, Parallel
 from kernorch.codegen.winograd_transform import AT, BT, POINTS, TILE
+from kernorch.ir import index as ix
 from kernorch.ir import layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
@@ -50,10 +52,11 @@ def _sliced_channels(b):
 
 def test_refusals_word_for_word():
     assert _why(_conv(), CodegenOptions(winograd=False)) == "Winograd convolutions are switched off"
-    for case in (_conv(kernel=(5, 5), pads=(2, 2, 2, 2)), _conv(strides=(2, 2)), _conv(kernel=(3, 1), pads=(1, 0, 1, 0))):
+    for case in (_conv(kernel=(5, 5), pads=(2, 2, 2, 2)), _conv(strides=(2, 2)),
+                 _conv(kernel=(3, 1), pads=(1, 0, 1, 0))):
         assert _why(case) == "not one 3x3 convolution with unit strides"
-    assert _why(_conv(dil=(2, 2), pads=(2, 2, 2, 2))) == "not a 3x3 convolution with unit strides and dilations, no groups"
-    assert _why(_conv(dil=(1, 2), pads=(1, 2, 1, 2))) == "not a 3x3 convolution with unit strides and dilations, no groups"
+    dilated = "not a 3x3 convolution with unit strides and dilations, no groups"
+    assert _why(_conv(dil=(2, 2), pads=(2, 2, 2, 2))) == dilated and _why(_conv(dil=(1, 2), pads=(1, 2, 1, 2))) == dilated
     in_place = "the image is not read in place, channels-last"
     assert _why(_conv(image=lambda b: b.input((1, 24, 5, 30)))) == in_place  # NCHW: channels outermost
     assert _why(_conv(image=_sliced_channels)) == in_place
@@ -98,12 +101,34 @@ def test_the_spec(name):
     assert (fill.fn, tile.fn) == ("kn_wino_in", "kn_wino_tile")
     (columns,) = epilogue.body
     assert isinstance(columns, Loop) and columns.simd is True and not epilogue.simd
+    k3 = 3 * g.types[conv.inputs[0]].shape[1]
+    assert [(d.name, d.dtype, d.count) for d in par.arrays] == [  # per-thread scratch, sized for a whole block
+        ("wv", "float32", POINTS * winograd.TILES * k3), ("wz", "float32", k3 // 3),
+        ("wm", "float32", POINTS * winograd.TILES * NR), ("tl", "float32", winograd.BLOCK * NR)]
+    n, _, oh, ow = g.types[conv.output].shape
+    _blocks_cover_the_tiles(spec, par, fill, epilogue, n, oh, ow)
     x, w = g.types[conv.inputs[0]].shape, g.types[conv.inputs[1]].shape
-    oh, ow = g.types[conv.output].shape[2:]
     assert spec.notes[0] == (
         f"Winograd F(6,3) 3x3 convolution {x[1]}->{w[0]} channels, {oh}x{ow} output: blocks of 6 tiles of "
         f"6 pixels of a row, 8 products of 6x{3 * x[1]} @ {3 * x[1]}x{NR} per block and panel of {NR} channels "
         "(the image read channels-last in place)")
+
+
+def _blocks_cover_the_tiles(spec, par, fill, epilogue, n, oh, ow):
+    """Each image's tiles (ceil(ow / 6) a row) in blocks of 6, the last block shorter: every unit's
+    first tile and count, and its epilogue's rows (the pixels from its first tile to its end)."""
+    per_row = -(-ow // TILE)
+    tiles = oh * per_row
+    blocks = -(-tiles // winograd.TILES)
+    assert par.extent == n * blocks
+    pixel = lambda t: t // per_row * ow + t % per_row * TILE  # noqa: E731
+    for u in range(par.extent):
+        env = [0] * len(spec.sizes)
+        env[par.var] = u
+        count, first = (ix.evaluate(e, env) for e in fill.args[:2])
+        want_first = u % blocks * winograd.TILES
+        assert (first, count) == (want_first, min(winograd.TILES, tiles - want_first))
+        assert ix.evaluate(epilogue.hi, env) == pixel(first + count) - pixel(first)
 
 
 def _evaluate(c_expr: str, values: dict[str, float]) -> float:
