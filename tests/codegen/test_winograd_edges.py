@@ -56,7 +56,8 @@ def test_refusals_word_for_word():
                  _conv(kernel=(3, 1), pads=(1, 0, 1, 0))):
         assert _why(case) == "not one 3x3 convolution with unit strides"
     dilated = "not a 3x3 convolution with unit strides and dilations, no groups"
-    assert _why(_conv(dil=(2, 2), pads=(2, 2, 2, 2))) == dilated and _why(_conv(dil=(1, 2), pads=(1, 2, 1, 2))) == dilated
+    assert _why(_conv(dil=(2, 2), pads=(2, 2, 2, 2))) == dilated
+    assert _why(_conv(dil=(1, 2), pads=(1, 2, 1, 2))) == dilated
     in_place = "the image is not read in place, channels-last"
     assert _why(_conv(image=lambda b: b.input((1, 24, 5, 30)))) == in_place  # NCHW: channels outermost
     assert _why(_conv(image=_sliced_channels)) == in_place
