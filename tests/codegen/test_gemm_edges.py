@@ -395,6 +395,10 @@ OPERANDS = {
                                  False),
     "B a slice of a constant (an offset)": (lambda: _mm((5, 8), lambda b: b.view(
         b.constant(_c(12, 40)), layout.slice_((12, 40), (2, 0), (1, 1), (8, 40)))), False),
+    "B every second column of a constant": (lambda: _mm((5, 8), lambda b: b.view(
+        b.constant(_c(8, 80)), layout.slice_((8, 80), (0, 0), (1, 2), (8, 40)))), False),
+    "B a 2-D constant with a batch dim": (lambda: _mm((1, 5, 8), lambda b: b.reshape(b.constant(_c(8, 40)), (1, 8, 40))),
+                                          False),
     "B a 3-D constant reshaped": (lambda: _mm((5, 8), lambda b: b.reshape(b.constant(_c(2, 4, 40)), (8, 40))), False),
     "one row, B computed": (lambda: _mm((1, 9), lambda b: b.unary(Op.RELU, b.input((9, 40)))), False),
     "B a square constant, transposed": (lambda: _mm((5, 40), lambda b: b.permute(b.constant(_c(40, 40)), (1, 0))), True),
@@ -533,8 +537,10 @@ def test_rows_of_a_and_the_panel_are_filled_by_vector_loops():
             yield from innermost(getattr(s, "body", ()) or ())
 
     seen = set()
-    for name in ("matmul_computed_a", "conv1x1_channels_last_computed_image", "batched_activations", "conv1x1_prologue"):
-        g, members, outputs = CASES[name]()
+    graphs = [CASES[name]() for name in ("matmul_computed_a", "conv1x1_channels_last_computed_image",
+                                         "batched_activations", "conv1x1_prologue")]
+    for name, (g, members, outputs) in zip(("computed A", "computed image", "batched", "prologue", "computed weight"),
+                                           graphs + [OPERANDS["pixels' weight computed"][0]()]):
         for lp in innermost(codegen.lower(g, members, outputs, num_threads=THREADS).body):
             bufs = {t.buf for t in lp.body if isinstance(t, Store)} & {"ap", "bp"}
             if bufs:
