@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from onnx_oracle import check, feeds_of, node_model, run_ort
 from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir import interp
+from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
 
@@ -188,3 +188,13 @@ def test_convolutions_hand_torch_writable_contiguous_copies(transpose):
         for c, i, j in np.ndindex(2, 4, 5):
             want[0, :, i:i + 3, j:j + 2] += x[0, c, i, j] * w[c]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("origin,what", [("", "gather prim"), ("Gather emb", "gather Gather emb")])
+def test_an_index_out_of_range_names_the_gather(origin, what):
+    b = Builder(origin=origin)
+    x, i = b.input((3, 2)), b.input((2,), "int64")
+    data_map, maps = layout.gather_take((3, 2), 0, (2,))
+    b.g.outputs.append(b.gather(x, [i], data_map, [0], maps))
+    with pytest.raises(layout.GatherIndexError, match=f"^{what}: index 3 is out of range \\[-3, 3\\) on data axis 0"):
+        interp.run(b.g, [np.zeros((3, 2), np.float32), np.asarray([0, 3])])
