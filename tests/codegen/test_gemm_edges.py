@@ -547,3 +547,29 @@ def test_rows_of_a_and_the_panel_are_filled_by_vector_loops():
                 seen |= bufs
                 assert lp.simd is True, (name, bufs)
     assert seen == {"ap", "bp"}
+
+
+@pytest.mark.parametrize("name, options", [("exact_tiles", "prefetch off"), ("conv1x1_channels_last_many_rows", None),
+                                           ("conv3x3_channels_last", None), ("narrow_dense", None)])
+def test_no_prefetch_when_switched_off_every_panel_per_block_or_one_panel(name, options):
+    """Tiles prefetch nothing (0 for every unit and block) with gemm_prefetch off, when each row
+    block runs every panel (the panels stay in cache), or with one panel only."""
+    import dataclasses
+
+    from kernorch.options import DEFAULT_CODEGEN
+    from test_gemm_kernels import CASES
+
+    g, members, outputs = CASES[name]()
+    opts = dataclasses.replace(DEFAULT_CODEGEN, gemm_prefetch=False) if options else DEFAULT_CODEGEN
+    spec = codegen.lower(g, members, outputs, num_threads=THREADS, options=opts)
+    assert options or "every panel per row block" in spec.notes[0] or " 1 panels of" in spec.notes[0]
+    (par,) = spec.body
+    (tile,) = set(_tile_calls(spec.body))
+    assert tile.args[-1] == ix.const(0), tile.args[-1]
+
+
+def _tile_calls(stmts):
+    for s in stmts:
+        if isinstance(s, Call) and s.fn.startswith(("kn_gemm_tile", "kn_window_tile")):
+            yield s
+        yield from _tile_calls(getattr(s, "body", ()) or ())
