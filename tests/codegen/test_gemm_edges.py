@@ -573,3 +573,19 @@ def _tile_calls(stmts):
         if isinstance(s, Call) and s.fn.startswith(("kn_gemm_tile", "kn_window_tile")):
             yield s
         yield from _tile_calls(getattr(s, "body", ()) or ())
+
+
+def _nchw_conv(h, w, two_outputs=False):
+    b = Builder()
+    y = b.conv(b.input((1, 4, h, w)), b.constant(_c(20, 4, 3, 3)), None, _3X3)
+    return finish(b, y, b.unary(Op.RELU, y)) if two_outputs else finish(b, y)
+
+
+@pytest.mark.parametrize("h, w, two, staged", [(32, 16, False, True),  # channels 2 KiB apart: staged
+                                               (16, 16, False, False),  # 1 KiB apart: stored row by row
+                                               (32, 16, True, False)])  # two outputs: never staged
+def test_an_nchw_output_is_staged_only_at_2_kib_strides_and_alone(h, w, two, staged):
+    g, members, outputs = _nchw_conv(h, w, two)
+    kernel = _kernel(g, members, outputs)
+    assert ("staging tile" in kernel.spec.notes[0]) == staged, kernel.spec.notes[0]
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
