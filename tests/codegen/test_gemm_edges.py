@@ -242,8 +242,8 @@ ROLES = {
     # channels-last, a slice along W: the pixels are no single run, so the rows are computed per block
     "slice along W": (_conv_of(_nhwc_view((1, 5, 9, 8), (0, 0, 2, 0), (1, 5, 4, 8)), 40, 8),
                       "(1x1 convolution: A's rows are the pixels, computed per row block)"),
-    # one row of a channels-last image (H = 1): its pixels are one run, read in place
-    "one row": (_conv_of(_nhwc_view((1, 5, 9, 8), (0, 2, 0, 0), (1, 1, 9, 8)), 40, 8),
+    # part of one row of a channels-last image (H = 1): its pixels are one run, read in place
+    "part of one row": (_conv_of(_nhwc_view((1, 5, 9, 8), (0, 2, 3, 0), (1, 1, 4, 8)), 40, 8),
                 "(1x1 convolution: A's rows are the pixels)"),
     # two columns: rows and columns both size > 1 matter
     "two columns": (_conv_of(_nhwc_view((1, 3, 2, 8), (0,) * 4, (1, 3, 2, 8)), 40, 8),
