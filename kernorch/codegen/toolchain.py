@@ -108,6 +108,9 @@ def compile_source(source: str, env: Env | None = None) -> Path:
         src.write_text(source)
         lib = Path(tmp) / "kernels.so"
         proc = subprocess.run([cc, *flags(env), str(src), "-o", str(lib), *libs()], capture_output=True, text=True)
+        if proc.returncode < 0:  # a signal, not the source: say so rather than blame the code
+            raise CompilerError(f"{Path(cc).name} was killed by signal {-proc.returncode} while compiling "
+                                "generated code (out of memory, or stopped by another process)")
         if proc.returncode != 0:
             raise CompilerError(f"{Path(cc).name} rejected generated code: {_first_error(proc.stderr)}")
         os.replace(lib, out)

@@ -87,6 +87,23 @@ def test_compiler_errors_are_one_line(monkeypatch, tmp_path):
         cbuild.compiler.cache_clear()
 
 
+def test_a_compiler_killed_by_a_signal_is_named_so(monkeypatch, tmp_path):
+    """A compiler stopped by a signal (the OOM killer, a user's kill) did not reject the code: the
+    one-line error says which signal, not "unknown error"."""
+    monkeypatch.setenv("KERNORCH_CACHE_DIR", str(tmp_path))
+    fake = tmp_path / "fakecc"
+    fake.write_text("#!/bin/sh\nkill -9 $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    cbuild.compiler.cache_clear()
+    try:
+        with pytest.raises(CompilerError, match="fakecc was killed by signal 9 while compiling") as err:
+            cbuild.compile_source("int f(void) { return 0; }")
+        assert "\n" not in str(err.value)
+    finally:
+        cbuild.compiler.cache_clear()
+
+
 def test_build_cache_reuses_libraries(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNORCH_CACHE_DIR", str(tmp_path))
     src = "int kn_answer(void) { return 42; }\n"
