@@ -55,7 +55,8 @@ def test_reflect_within_one_period_is_the_plain_pad_map():
     """Pads up to n - 1 reflect once: layout.pad's map (min/max folds), not the general modulo one."""
     for n in range(2, 5):
         for b, e in itertools.product(range(n), repeat=2):
-            assert _pad_map((2, n), [0, b], [1, e], "reflect", 0.0) == layout.pad((2, n), [0, b], [1, e], "reflect", 0.0)
+            plain = layout.pad((2, n), [0, b], [1, e], "reflect", 0.0)
+            assert _pad_map((2, n), [0, b], [1, e], "reflect", 0.0) == plain
 
 
 def test_reflect_of_a_single_element_repeats_it():

@@ -39,7 +39,8 @@ def test_same_padding_at_unit_stride_keeps_the_size(auto_pad):
     ins = {"x": rand(1, 2, 6, 5), "w": rand(3, 2, 5, 4)}
     (out,) = check("Conv", ins, consts=["w"], auto_pad=auto_pad)
     assert out.shape == (1, 3, 6, 5)
-    assert conv_attrs("Conv", ins, auto_pad=auto_pad).pads == ((2, 1, 2, 2) if auto_pad == "SAME_UPPER" else (2, 2, 2, 1))
+    want = (2, 1, 2, 2) if auto_pad == "SAME_UPPER" else (2, 2, 2, 1)
+    assert conv_attrs("Conv", ins, auto_pad=auto_pad).pads == want
 
 
 def test_an_explicit_empty_auto_pad_is_notset():
