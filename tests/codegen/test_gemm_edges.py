@@ -299,6 +299,8 @@ VIEWS_AFTER = {  # views after the product: those that only permute, add or drop
     "transpose": (lambda b, y: b.permute(y, (0, 2, 1)), None),
     "slice": (lambda b, y: b.view(y, layout.slice_((1, 4, 6), (0, 0, 1), (1, 1, 1), (1, 4, 3))),
               "view %3 after matmul %2 is not a permutation"),
+    "slice from 0": (lambda b, y: b.view(y, layout.slice_((1, 4, 6), (0, 0, 0), (1, 1, 1), (1, 4, 3))),
+                     "view %3 after matmul %2 is not a permutation"),
     "one row": (lambda b, y: b.view(y, layout.make((1, 6), (1, 4, 6), (ix.const(0), ix.const(2), ix.var(1)))),
                 "view %3 after matmul %2 is not a permutation"),
 }
