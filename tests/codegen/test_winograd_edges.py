@@ -1,9 +1,9 @@
 """Edges of the Winograd F(6,3) template (codegen/winograd.py), by lowering alone (no compiler):
 every refusal word for word, at its bounds (12 output columns and 17 output channels are taken,
 one fewer is not); the spec it writes (name and key, the transformed weight's pack, the threaded
-block loop whose blocks cover each image's tiles, the per-thread scratch sizes, the vectorized
-epilogue, the note, the variants it took); and the C text of its helpers, whose input and output
-transforms evaluate to BT @ d and AT @ m."""
+block loop whose blocks cover each image's tiles, the panels that cover the output channels, the
+per-thread scratch sizes, the vectorized epilogue, the note, the variants it took); and the C text of
+its helpers, whose input and output transforms evaluate to BT @ d and AT @ m."""
 
 import re
 
@@ -25,7 +25,7 @@ from kernorch.options import CodegenOptions
 
 
 def _conv(n=1, h=5, w=30, cin=24, cout=40, kernel=(3, 3), strides=(1, 1), dil=(1, 1), pads=(1, 1, 1, 1),
-          image=None, nchw_out=False, after=None):
+          image=None, nchw_out=False, after=None, both=False):
     """conv(x) between channels-last tensors; ``image``: how x is read (default: a permuted input),
     ``after``: a prim applied to the channels-last output."""
     rng = np.random.default_rng(2)
@@ -36,6 +36,8 @@ def _conv(n=1, h=5, w=30, cin=24, cout=40, kernel=(3, 3), strides=(1, 1), dil=(1
     if nchw_out:
         return finish(b, y)
     y = b.permute(y, (0, 2, 3, 1))
+    if both:  # the convolution's output and its activation, the activation first
+        return finish(b, b.unary(Op.SIGMOID, y), y)
     return finish(b, after(b, y) if after else y)
 
 
@@ -81,6 +83,8 @@ SPECS = {
     "tail_tiles_two_images": (lambda: _conv(n=2, h=3, w=13, cout=64), ("batched", "epilogue", "partial row tiles")),
     "whole_panels_whole_tiles": (lambda: _conv(h=2, w=24, cout=64), ("epilogue",)),
     "output_nchw": (lambda: _conv(h=4, w=18, cout=33, nchw_out=True), ("column remainder", "epilogue")),
+    "two_outputs_last_first": (lambda: _conv(h=2, w=20, cin=5, cout=17, both=True),
+                               ("column remainder", "epilogue", "partial row tiles")),
 }
 
 
@@ -108,6 +112,7 @@ def test_the_spec(name):
         ("wm", "float32", POINTS * winograd.TILES * NR), ("tl", "float32", winograd.BLOCK * NR)]
     n, _, oh, ow = g.types[conv.output].shape
     _blocks_cover_the_tiles(spec, par, fill, epilogue, n, oh, ow)
+    _panels_cover_the_channels(spec, panels, columns, g.types[conv.output].shape[1])
     x, w = g.types[conv.inputs[0]].shape, g.types[conv.inputs[1]].shape
     assert spec.notes[0] == (
         f"Winograd F(6,3) 3x3 convolution {x[1]}->{w[0]} channels, {oh}x{ow} output: blocks of 6 tiles of "
@@ -130,6 +135,16 @@ def _blocks_cover_the_tiles(spec, par, fill, epilogue, n, oh, ow):
         want_first = u % blocks * winograd.TILES
         assert (first, count) == (want_first, min(winograd.TILES, tiles - want_first))
         assert ix.evaluate(epilogue.hi, env) == pixel(first + count) - pixel(first)
+
+
+def _panels_cover_the_channels(spec, panels, columns, n_out):
+    """Panels of NR output channels, the last one shorter: the epilogue's columns in each."""
+    npan = -(-n_out // NR)
+    assert (ix.evaluate(panels.lo, []), ix.evaluate(panels.hi, [])) == (0, npan)
+    for panel in range(npan):
+        env = [0] * len(spec.sizes)
+        env[panels.var] = panel
+        assert ix.evaluate(columns.hi, env) == min(NR, n_out - panel * NR)
 
 
 def _evaluate(c_expr: str, values: dict[str, float]) -> float:
