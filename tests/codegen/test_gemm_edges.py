@@ -42,7 +42,8 @@ REFUSED = {
     "grouped": (_conv((1, 4, 5, 5), (4, 2, 1, 1), groups=2), "convolution %2 is grouped or has no spatial dims"),
     "no spatial dims": (lambda b: b.conv(b.input((1, 4)), b.constant(_c(3, 4)), None, ConvAttrs((), (), (), 1)),
                         "convolution %2 is grouped or has no spatial dims"),
-    "1-D window": (lambda b: b.conv(b.input((1, 4, 9)), b.constant(_c(5, 4, 3)), None, ConvAttrs((1,), (1, 1), (1,), 1)),
+    "1-D window": (lambda b: b.conv(b.input((1, 4, 9)), b.constant(_c(5, 4, 3)), None,
+                                    ConvAttrs((1,), (1, 1), (1,), 1)),
                    "convolution %2 is not a 2-D convolution"),
     "computed window weight": (lambda b: b.conv(b.input((1, 4, 6, 6)), b.input((5, 4, 3, 3)), None,
                                                 ConvAttrs((1, 1), (1,) * 4, (1, 1), 1)),
@@ -58,13 +59,14 @@ REFUSED = {
                             "rows of %1 are not contiguous"),
     # rows K apart but channels 2 apart (an affine view of a flat constant): not a contiguous weight
     "weight channels 2 apart": (lambda b: b.conv(b.input((1, 4, 5, 5)), b.view(b.constant(_c(168)), layout.make(
-        (40, 4, 1, 1), (168,), (ix.var(0) * 4 + ix.var(1) * 2 + ix.var(2),))), None, ConvAttrs((1, 1), (0,) * 4, (1, 1), 1)),
+        (40, 4, 1, 1), (168,), (ix.var(0) * 4 + ix.var(1) * 2 + ix.var(2),))), None, _1X1),
                                 "weight %2 is not contiguous"),
     "scalar A": (lambda b: b.matmul(b.input((1, 1)), b.constant(_c(1, 4))), "%0 is a scalar"),
     "merging view after": (lambda b: b.reshape(b.matmul(b.input((2, 3, 8)), b.constant(_c(8, 4))), (6, 4)),
                            "view %3 after matmul %2 is not a permutation"),
     # a reduction over a size-1 axis keeps the shape, but is no elementwise prim
-    "reduction after, same shape": (lambda b: b.reduce(Op.SUM, b.matmul(b.input((1, 4, 8)), b.constant(_c(8, 6))), (0,)),
+    "reduction after, same shape": (lambda b: b.reduce(Op.SUM, b.matmul(b.input((1, 4, 8)), b.constant(_c(8, 6))),
+                                                       (0,)),
                                     "sum after matmul %2 is not elementwise on its shape"),
     "product and its transpose": (_two_coords, "add after matmul %2 is not elementwise on its shape"),
     "reduction beside": (_reduce_beside, "sum cannot share a kernel with a generated GEMM"),
@@ -118,7 +120,8 @@ def test_a_computed_operand_is_followed_for_64_reads():
     prod = gemm_product.product_of(g, g.prims)
     assert isinstance(prod, gemm_product.Product) and prod.a_src is None
     g, members, outputs = _chain(64)
-    assert gemm_product.product_of(g, g.prims) == f"{g.name(g.prims[-2].output)} feeding matmul is computed, not a view of an input"
+    why = f"{g.name(g.prims[-2].output)} feeding matmul is computed, not a view of an input"
+    assert gemm_product.product_of(g, g.prims) == why
 
 
 def _nhwc_chain(n: int):
@@ -253,7 +256,8 @@ ROLES = {
                       "(1x1 convolution: A's rows are the pixels)"),
     # NCHW of one row, of one channel, of two channels: only one channel may be read as rows
     "NCHW one row": (_conv_of(lambda b: b.input((1, 8, 1, 9)), 40, 8), "(1x1 convolution: A is the weight)"),
-    "NCHW one channel": (_conv_of(lambda b: b.input((1, 1, 4, 9)), 40, 1), "(1x1 convolution: A's rows are the pixels)"),
+    "NCHW one channel": (_conv_of(lambda b: b.input((1, 1, 4, 9)), 40, 1),
+                         "(1x1 convolution: A's rows are the pixels)"),
     "NCHW two channels": (_conv_of(lambda b: b.input((1, 2, 4, 9)), 40, 2), "(1x1 convolution: A is the weight)"),
     # three spatial dims (a 1x1 3-D convolution): the pixels' flat index unflattened over all three
     "NCDHW": (lambda b: b.conv(b.input((1, 8, 3, 4, 5)), b.constant(_c(40, 8, 1, 1, 1)), None,
@@ -264,7 +268,8 @@ ROLES = {
     # a 3x1 kernel without pads: a window along h only, no 1x1
     "3x1 kernel": (lambda b: b.conv(b.input((1, 4, 7, 9)), b.constant(_c(40, 4, 3, 1)), None, _1X1),
                    f"3x1 windows, {gemm.WINDOWS_READ})"),
-    "NCHW two channels 3x3": (_conv_of(lambda b: b.input((1, 2, 5, 9)), 40, 2, 3), f"3x3 windows, {gemm.WINDOWS_READ})"),
+    "NCHW two channels 3x3": (_conv_of(lambda b: b.input((1, 2, 5, 9)), 40, 2, 3),
+                              f"3x3 windows, {gemm.WINDOWS_READ})"),
 }
 
 
@@ -365,8 +370,8 @@ BATCHED = {  # a size-1 batch dim of either operand is read at 0 for every batch
     "three batch dims": ((2, 3, 2, 5, 8), (2, 3, 2, 8, 40)),
 }
 IMAGES = {  # two images of one channel: the window's or the pixels' batch stride
-    "two computed one-channel images 1x1": lambda b: b.conv(b.permute(b.unary(Op.RELU, b.input((2, 4, 9, 1))), (0, 3, 1, 2)),
-                                                            b.constant(_c(40, 1, 1, 1)), None, _1X1),
+    "two computed one-channel images 1x1": lambda b: b.conv(
+        b.permute(b.unary(Op.RELU, b.input((2, 4, 9, 1))), (0, 3, 1, 2)), b.constant(_c(40, 1, 1, 1)), None, _1X1),
     "two grayscale images 3x3": lambda b: b.conv(b.input((2, 1, 7, 9)), b.constant(_c(40, 1, 3, 3)), None, _3X3),
     "two grayscale images 1x1": lambda b: b.conv(b.input((2, 1, 4, 9)), b.constant(_c(40, 1, 1, 1)), None, _1X1),
 }
@@ -393,17 +398,18 @@ def _mm(a, w):
 
 # B operands a constant weight does not cover: packed per unit (no copy packed once), read in bounds
 OPERANDS = {
-    "B padded (a masked view)": (lambda: _mm((5, 8), lambda b: b.view(b.input((6, 40)), layout.pad((6, 40), (1, 0), (1, 0)))),
-                                 False),
+    "B padded (a masked view)": (lambda: _mm((5, 8), lambda b: b.view(b.input((6, 40)),
+                                                                       layout.pad((6, 40), (1, 0), (1, 0)))), False),
     "B a slice of a constant (an offset)": (lambda: _mm((5, 8), lambda b: b.view(
         b.constant(_c(12, 40)), layout.slice_((12, 40), (2, 0), (1, 1), (8, 40)))), False),
     "B every second column of a constant": (lambda: _mm((5, 8), lambda b: b.view(
         b.constant(_c(8, 80)), layout.slice_((8, 80), (0, 0), (1, 2), (8, 40)))), False),
-    "B a 2-D constant with a batch dim": (lambda: _mm((1, 5, 8), lambda b: b.reshape(b.constant(_c(8, 40)), (1, 8, 40))),
-                                          False),
+    "B a 2-D constant with a batch dim": (lambda: _mm((1, 5, 8), lambda b: b.reshape(b.constant(_c(8, 40)),
+                                                                                     (1, 8, 40))), False),
     "B a 3-D constant reshaped": (lambda: _mm((5, 8), lambda b: b.reshape(b.constant(_c(2, 4, 40)), (8, 40))), False),
     "one row, B computed": (lambda: _mm((1, 9), lambda b: b.unary(Op.RELU, b.input((9, 40)))), False),
-    "B a square constant, transposed": (lambda: _mm((5, 40), lambda b: b.permute(b.constant(_c(40, 40)), (1, 0))), True),
+    "B a square constant, transposed": (lambda: _mm((5, 40), lambda b: b.permute(b.constant(_c(40, 40)), (1, 0))),
+                                        True),
     "A computed, batched": (lambda: (lambda b: finish(b, b.matmul(b.unary(Op.RELU, b.input((2, 7, 9))),
                                                                   b.constant(_c(9, 40)))))(Builder()), True),
     "pixels' weight computed": (lambda: (lambda b: finish(b, b.conv(b.permute(b.input((1, 3, 5, 8)), (0, 3, 1, 2)),
@@ -430,7 +436,8 @@ def test_few_channels_dilated_along_w_copy_their_windows():
     dilation along w breaks the run, so the windows are copied."""
     b = Builder()
     x = b.permute(b.input((1, 9, 11, 4)), (0, 3, 1, 2))
-    g, members, outputs = finish(b, b.conv(x, b.constant(_c(3, 4, 3, 3)), None, ConvAttrs((1, 1), (1, 2, 1, 2), (1, 2), 1)))
+    dilated = ConvAttrs((1, 1), (1, 2, 1, 2), (1, 2), 1)
+    g, members, outputs = finish(b, b.conv(x, b.constant(_c(3, 4, 3, 3)), None, dilated))
     kernel = _kernel(g, members, outputs)
     assert kernel.spec.notes[0].endswith("3x3 windows, copied per row block)"), kernel.spec.notes[0]
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
