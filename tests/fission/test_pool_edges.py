@@ -19,7 +19,8 @@ RNG = np.random.default_rng(44)
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
 @pytest.mark.parametrize("shape,attrs,spatial", [
-    ((1, 2, 3), {"kernel_shape": [2], "strides": [2], "pads": [1, 1]}, (2,)),  # ceil gives 3, the third starts in the pad
+    # ceil gives 3 windows, the third starts in the pad
+    ((1, 2, 3), {"kernel_shape": [2], "strides": [2], "pads": [1, 1]}, (2,)),
     ((1, 2, 3), {"kernel_shape": [1], "strides": [3]}, (1,)),  # (n - 1) * stride == input size: still dropped
     ((1, 1, 3, 6), {"kernel_shape": [2, 3], "strides": [2, 4], "pads": [1, 1, 1, 2]}, (2, 2)),
 ])

@@ -58,10 +58,11 @@ def test_pytorch_half_pixel_to_length_1(mode):
 ])
 def test_tf_crop_and_resize_edges(mode, roi, sizes):
     ins = {"x": X, "roi": roi, "scales": None, "sizes": i64(*sizes)}
-    check("Resize", ins, consts=["roi", "sizes"], opset=13, mode=mode, coordinate_transformation_mode="tf_crop_and_resize",
-          extrapolation_value=-3.0)
+    check("Resize", ins, consts=["roi", "sizes"], opset=13, mode=mode,
+          coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-3.0)
     # no extrapolation_value: 0
-    check("Resize", ins, consts=["roi", "sizes"], opset=13, mode=mode, coordinate_transformation_mode="tf_crop_and_resize")
+    check("Resize", ins, consts=["roi", "sizes"], opset=13, mode=mode,
+          coordinate_transformation_mode="tf_crop_and_resize")
 
 
 def test_tf_crop_and_resize_on_some_axes():
@@ -84,7 +85,8 @@ def test_default_mode_is_nearest():
     assert {p.op for p in g.prims} == {Op.VIEW}
 
 
-@pytest.mark.parametrize("old,x", [("bilinear", X), ("trilinear", RNG.standard_normal((1, 1, 3, 4, 2)).astype(np.float32))])
+@pytest.mark.parametrize("old,x", [("bilinear", X),
+                                   ("trilinear", RNG.standard_normal((1, 1, 3, 4, 2)).astype(np.float32))])
 def test_upsample_old_mode_names_are_linear(old, x):
     """onnxruntime refuses them; kernorch reads them as linear, so both give the same prims."""
     s = f32(1, 1, *([2.0, 1.5, 2.0][:x.ndim - 2]))
@@ -118,7 +120,8 @@ def test_taps_of_weight_1_are_not_multiplied():
     """Downsampling by 2 with asymmetric coordinates reads every other element: one view, no
     arithmetic."""
     ins = {"x": X, "roi": None, "scales": f32(1, 1, 0.5, 0.5)}
-    model = node_model("Resize", ins, consts=["scales"], opset=13, mode="linear", coordinate_transformation_mode="asymmetric")
+    model = node_model("Resize", ins, consts=["scales"], opset=13, mode="linear",
+                       coordinate_transformation_mode="asymmetric")
     check("Resize", ins, consts=["scales"], opset=13, mode="linear", coordinate_transformation_mode="asymmetric")
     g, _ = import_onnx(model)
     assert [p.op for p in g.prims] == [Op.VIEW, Op.VIEW]
@@ -162,9 +165,10 @@ S4 = f32(1, 1, 2, 2)
     (_model([1, 2, 4, 6], {"roi": None, "scales": S4}, opset=18, antialias=1),
      "antialias applies to linear and cubic modes only"),
     (_model([1, 2, 4, 6], {"roi": None, "scales": S4}, mode="area"), "unknown mode 'area'"),
-    (_model([1, 2, 4, 6], {"roi": None, "scales": f32(2, 2)}, opset=18, axes=[2, 4]), "axis 4 is out of range for rank 4"),
-    (_model([1, 2, 4, 6], {"roi": None, "scales": S4}, mode="linear", coordinate_transformation_mode="tf_crop_and_resize"),
-     "tf_crop_and_resize needs roi"),
+    (_model([1, 2, 4, 6], {"roi": None, "scales": f32(2, 2)}, opset=18, axes=[2, 4]),
+     "axis 4 is out of range for rank 4"),
+    (_model([1, 2, 4, 6], {"roi": None, "scales": S4}, mode="linear",
+            coordinate_transformation_mode="tf_crop_and_resize"), "tf_crop_and_resize needs roi"),
 ])
 def test_one_line_errors(model, msg):
     with pytest.raises(UnsupportedOpError) as e:
@@ -199,7 +203,8 @@ def _brute_fit(t):
     n = len(t)
     i = np.arange(n)
     for d in range(1, n + 1):
-        for p in range(-3 * d * (abs(int(t.max())) + abs(int(t.min())) + 1), 3 * d * (abs(int(t.max())) + abs(int(t.min())) + 1) + 1):
+        span = 3 * d * (abs(int(t.max())) + abs(int(t.min())) + 1)
+        for p in range(-span, span + 1):
             lo, hi = int((d * t - p * i).max()), int((d * t + d - 1 - p * i).min())
             if lo <= hi:
                 return d
