@@ -17,7 +17,13 @@ FLOAT_BINARY = sorted(BINARY - {Op.AND, Op.OR, Op.XOR}, key=lambda o: o.value)
 INT_BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MOD, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE]
 
 
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -2.5, 1.5]
+
+
 def special(dtype: str, seed: int) -> np.ndarray:
+    """Random values of ``dtype`` and, for floats, the special values: input 0 (seed 0) holds each
+    eight times in a row and input 1 the eight in turn, so a binary op meets every pair of them
+    (NaN against a number, not only against NaN)."""
     rng = np.random.default_rng(seed)
     if dtype == "bool":
         return rng.random(SHAPE) < 0.5
@@ -26,7 +32,7 @@ def special(dtype: str, seed: int) -> np.ndarray:
         x.flat[:3] = 0
         return x
     x = (rng.standard_normal(SHAPE) * 3).astype(dtype)
-    x.flat[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -2.5, 1.5]
+    x.flat[:64] = np.repeat(SPECIALS, 8) if seed == 0 else np.tile(SPECIALS, 8)
     return x
 
 
