@@ -65,3 +65,15 @@ def inner_loops(name: str, body: list[str]) -> list[Loop]:
              if (m := _JUMP.match(ln)) and labels.get(m.group(1), j + 1) < j]
     inner = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
     return [Loop(name, body[a:b + 1]) for a, b in inner]
+
+
+# C wrappers around the GEMM tiles, so a test can compile (and call) them on their own: shared by
+# test_asm_quality.py (reads their assembly) and test_gemm_helpers.py (runs them)
+TILE_PROBES = r"""
+void probe_tile(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
+{ kn_gemm_tile(mr, K, a, lda, bp, t, pf); }
+void probe_tile16(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
+{ kn_gemm_tile16(mr, K, a, lda, bp, t, pf); }
+void probe_tile_at(int64_t mr, int64_t K, const float *a, int64_t lda, const int32_t *wo, const float *bp,
+                   float *t, int64_t pf) { kn_gemm_tile_at(mr, K, a, lda, wo, bp, t, pf); }
+"""

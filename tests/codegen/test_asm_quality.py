@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from kernorch.codegen import gemm_helpers, toolchain
-from tests.codegen.asm_loops import Loop, functions, inner_loops
+from tests.codegen.asm_loops import TILE_PROBES, Loop, functions, inner_loops
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"),
                                 reason="reads x86 assembly made by gcc")
@@ -39,13 +39,7 @@ TARGETS = {
 ZNVER4_ON_OLD_GCC = ["-march=znver3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
                      "-mavx512bf16"]
 
-PROBES = r"""
-void probe_tile(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
-{ kn_gemm_tile(mr, K, a, lda, bp, t, pf); }
-void probe_tile16(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
-{ kn_gemm_tile16(mr, K, a, lda, bp, t, pf); }
-void probe_tile_at(int64_t mr, int64_t K, const float *a, int64_t lda, const int32_t *wo, const float *bp,
-                   float *t, int64_t pf) { kn_gemm_tile_at(mr, K, a, lda, wo, bp, t, pf); }
+PROBES = TILE_PROBES + r"""
 void probe_dot_rows(int64_t mr, int64_t K, const float *a, int64_t lda, int64_t N, const float *w, float *t)
 { kn_dot_rows(mr, K, a, lda, N, w, t); }
 """

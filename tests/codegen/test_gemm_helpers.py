@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from kernorch.codegen import gemm_helpers, toolchain
+from tests.codegen.asm_loops import TILE_PROBES
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"),
                                 reason="compiles the x86 helpers with gcc")
@@ -35,12 +36,7 @@ int probe_fma(void) {
 }
 int probe_dots4(void) { return KN_DOTS4_N; }
 int probe_dots2(void) { return KN_DOTS2_N; }
-void probe_tile(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
-{ kn_gemm_tile(mr, K, a, lda, bp, t, pf); }
-void probe_tile16(int64_t mr, int64_t K, const float *a, int64_t lda, const float *bp, float *t, int64_t pf)
-{ kn_gemm_tile16(mr, K, a, lda, bp, t, pf); }
-void probe_tile_at(int64_t mr, int64_t K, const float *a, int64_t lda, const int32_t *wo, const float *bp,
-                   float *t, int64_t pf) { kn_gemm_tile_at(mr, K, a, lda, wo, bp, t, pf); }
+""" + TILE_PROBES + r"""
 void probe_tile16_at(int64_t mr, int64_t K, const float *a, int64_t lda, const int32_t *wo, const float *bp,
                      float *t, int64_t pf) { kn_gemm_tile16_at(mr, K, a, lda, wo, bp, t, pf); }
 /* kn_dots[P / 2][N - 1] on (acc, tail) as given (their sums accumulate); -1 when the table has no function */

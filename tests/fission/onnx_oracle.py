@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 
 from kernorch.frontend.onnx_import import import_onnx
 from kernorch.ir import interp
-from kernorch.ir.prims import Op
+from kernorch.ir.prims import Kind, Op
 
 
 def node_model(op_type: str, inputs: Mapping[str, np.ndarray | None], n_outputs: int = 1, opset: int = 18,
@@ -48,6 +48,17 @@ def node_model(op_type: str, inputs: Mapping[str, np.ndarray | None], n_outputs:
         for o, (dt, shape) in zip(model.graph.output, types):
             o.CopyFrom(helper.make_tensor_value_info(o.name, dt, shape))
     return model
+
+
+def assert_one_dtype_per_elementwise_prim(model: onnx.ModelProto) -> None:
+    """Every elementwise prim of the imported model (a cast aside) reads operands of one dtype: a
+    parameter left in float64 gives the interpreter, which promotes, the same values, so only this
+    catches it."""
+    g, _ = import_onnx(model)
+    for p in g.prims:
+        if p.kind is Kind.ELEMENTWISE and p.op is not Op.CAST:
+            operands = p.inputs[1:] if p.op is Op.WHERE else p.inputs
+            assert len({g.types[v].dtype for v in operands}) == 1, (p.op, [g.types[v] for v in p.inputs])
 
 
 def feeds_of(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_oracle import check, node_model, run_kernorch
+from onnx_oracle import assert_one_dtype_per_elementwise_prim, check, node_model, run_kernorch
 from kernorch.errors import UnsupportedOpError
 from kernorch.frontend.onnx_import import import_onnx
-from kernorch.ir.prims import Kind, Op
 
 RNG = np.random.default_rng(44)
 
@@ -22,14 +21,6 @@ def f32(*shape, scale=1.0, shift=0.0):
 def _bn(c, dtype="float32"):
     return {"scale": RNG.uniform(0.5, 1.5, c).astype(dtype), "bias": RNG.standard_normal(c).astype(dtype),
             "mean": RNG.standard_normal(c).astype(dtype), "var": RNG.uniform(0.5, 2.0, c).astype(dtype)}
-
-
-def _one_dtype_per_elementwise_prim(model):
-    g, _ = import_onnx(model)
-    for p in g.prims:
-        if p.kind is Kind.ELEMENTWISE and p.op is not Op.CAST:
-            operands = p.inputs[1:] if p.op is Op.WHERE else p.inputs
-            assert len({g.types[v].dtype for v in operands}) == 1, (p.op, [g.types[v] for v in p.inputs])
 
 
 @pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
@@ -80,7 +71,7 @@ def test_batchnorm_training_float16_input_float32_parameters(const):
     m, v = x.mean(axis=(0, 2), keepdims=True), x.var(axis=(0, 2), keepdims=True)
     want = (x - m) / np.sqrt(v + 1e-5) * ins["scale"].reshape(1, 3, 1) + ins["bias"].reshape(1, 3, 1)
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-2, atol=1e-2)
-    _one_dtype_per_elementwise_prim(model)
+    assert_one_dtype_per_elementwise_prim(model)
 
 
 @pytest.mark.parametrize("const", [True, False])
@@ -89,10 +80,10 @@ def test_float16_norms_read_parameters_in_float16(const):
            "bias": f32(3).astype(np.float16)}
     consts = ["scale", "bias"] if const else []
     check("InstanceNormalization", ins, consts=consts, rel=1e-2)
-    _one_dtype_per_elementwise_prim(node_model("InstanceNormalization", ins, consts=consts))
+    assert_one_dtype_per_elementwise_prim(node_model("InstanceNormalization", ins, consts=consts))
     bn = {"x": ins["x"], **_bn(3, "float16")}
     bconsts = ["scale", "bias", "mean", "var"] if const else []
-    _one_dtype_per_elementwise_prim(node_model("BatchNormalization", bn, n_outputs=3, opset=15, consts=bconsts,
+    assert_one_dtype_per_elementwise_prim(node_model("BatchNormalization", bn, n_outputs=3, opset=15, consts=bconsts,
                                                training_mode=1))
 
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_oracle import check, node_model, run_reference
+from onnx_oracle import assert_one_dtype_per_elementwise_prim, check, node_model, run_reference
 from kernorch.errors import UnsupportedOpError
 from kernorch.fission.rules.resize import axis_taps, fit_floordiv, tap_map
 from kernorch.frontend.onnx_import import import_onnx
 from kernorch.ir import index as ix
-from kernorch.ir.prims import Kind, Op
+from kernorch.ir.prims import Op
 
 RNG = np.random.default_rng(44)
 X = RNG.standard_normal((1, 2, 4, 6)).astype(np.float32)
@@ -99,21 +99,13 @@ def test_upsample_old_mode_names_are_linear(old, x):
     np.testing.assert_array_equal(interp.run(g_old, {g_old.inputs[0]: x})[g_old.outputs[0]], ref[0])
 
 
-def _one_dtype_per_elementwise_prim(model):
-    g, _ = import_onnx(model)
-    for p in g.prims:
-        if p.kind is Kind.ELEMENTWISE and p.op is not Op.CAST:
-            operands = p.inputs[1:] if p.op is Op.WHERE else p.inputs
-            assert len({g.types[v].dtype for v in operands}) == 1, (p.op, [g.types[v] for v in p.inputs])
-
-
 @pytest.mark.parametrize("dtype,rel", [(np.float64, 1e-9), (np.float16, 1e-2)])
 def test_float16_and_float64_weights_and_extrapolation_in_the_input_dtype(dtype, rel):
     """onnxruntime has no float64 Resize: the ONNX reference is the oracle."""
     ins = {"x": X.astype(dtype), "roi": f32(0, 0, -0.5, 0.1, 1, 1, 1.4, 0.9), "scales": None, "sizes": i64(1, 2, 7, 5)}
     attrs = dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=0.3)
     check("Resize", ins, consts=["roi", "sizes"], opset=13, oracle=run_reference, rel=rel, **attrs)
-    _one_dtype_per_elementwise_prim(node_model("Resize", ins, consts=["roi", "sizes"], opset=13, **attrs))
+    assert_one_dtype_per_elementwise_prim(node_model("Resize", ins, consts=["roi", "sizes"], opset=13, **attrs))
 
 
 def test_taps_of_weight_1_are_not_multiplied():
