@@ -78,12 +78,16 @@ def _rint(x):
 
 @triton.jit
 def _pow(a, b):
+    # C99 pow's special cases (NumPy's and libdevice's): x**0 == 1**y == (-1)**inf == 1, the sign of an
+    # odd power of -0 or -inf kept, NaN only for a finite negative base to a finite non-integer power
     p = tl.exp(b * tl.log(tl.abs(a)))
     whole = b == tl.floor(b)
-    odd = whole & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
-    p = tl.where((a < 0) & odd, -p, p)
-    p = tl.where((a < 0) & (whole == 0), float("nan"), p)
-    return tl.where(b == 0.0, 1.0, p)
+    odd = whole & (tl.abs(b) < float("inf")) & ((b - 2.0 * tl.floor(b * 0.5)) != 0.0)
+    negative = (a < 0) | ((a == 0) & (1.0 / a < 0))
+    p = tl.where(negative & odd, -p, p)
+    p = tl.where((a < 0) & (a > float("-inf")) & (whole == 0), float("nan"), p)
+    p = tl.where((tl.abs(a) == 1.0) & (tl.abs(b) == float("inf")), 1.0, p)
+    return tl.where((b == 0.0) | (a == 1.0), 1.0, p)
 
 
 @triton.jit

@@ -33,7 +33,7 @@ from kernorch.options import Env
 from kernorch.orchestrate.priced import PricedCandidates
 from kernorch.orchestrate.tuning_db import Record, TuningDB
 
-CUDA_CODEGEN_VERSION = "t3"  # t2: the linear kernels are provider "linear"; t3: quantize by reciprocal
+CUDA_CODEGEN_VERSION = "t4"  # t2: the linear kernels are provider "linear"; t3: quantize by reciprocal; t4: C99 pow special cases
 REPS = 20  # kernel launches per captured graph
 BATCH = 48  # candidates built (and compiled in parallel) ahead of timing
 ROUNDS = 5  # graph replays timed
