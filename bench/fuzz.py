@@ -625,7 +625,6 @@ def model_for(seed: int, max_ops: int = 6, profile: str = "templates"
     names = list(families)
     weights = np.array([families[f][2] for f in names], dtype=float)
     steps = int(rng.integers(2, max_ops + 1))
-    made = [] if not wide else made
     for _ in range(steps):
         for _try in range(10):
             fam = names[int(rng.choice(len(names), p=weights / weights.sum()))]
