@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from kernorch.codegen import literals
+from kernorch.codegen.amx import HELPERS as AMX_HELPERS
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
@@ -111,7 +112,7 @@ static inline uint16_t kn_bf16_bits(float f) {
   return (f != f) ? (uint16_t)((c.u >> 16) | 0x40u) : (uint16_t)r; }
 static inline float kn_bf16_round(float f) { return kn_bf16_load(kn_bf16_bits(f)); }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-%(gemm)s%(winograd)s%(transpose)s""" % {"gemm": GEMM_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+%(gemm)s%(winograd)s%(transpose)s%(amx)s""" % {"gemm": GEMM_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 
@@ -134,7 +135,7 @@ class _Printer:
         self.tables: dict[tuple[int, ...], str] = {}
         self.types: dict[str, str] = {}
         self.flagged: set[str] = set()
-        self.bf16_buffers = {a.name for a in spec.args if a.dtype == "bfloat16"}
+        self.bf16_buffers = {a.name for a in spec.args if a.dtype == "bfloat16"} | _bf16_arrays(spec.body)
 
     def idx(self, e: ix.Expr) -> str:
         return ix.render(e, lambda i: f"v{i}", self.spec.sizes, self._table)
@@ -211,7 +212,7 @@ class _Printer:
             self.emit(d + 1, "#pragma omp parallel num_threads(nthreads)")
         self.emit(d + 1, "{")
         for a in p.arrays:
-            ct = CTYPE[a.dtype]
+            ct = MEMORY_CTYPE[a.dtype]
             self.emit(d + 2, f"{ct} *restrict {a.name} = ({ct} *)kn_alloc({a.count} * sizeof({ct}));")
         if p.threads:
             self.emit(d + 2, "#pragma omp for schedule(static)")
@@ -272,6 +273,17 @@ class _Printer:
         for t, nm in self.tables.items():
             out.append(f"static const int64_t {nm}[{len(t)}] = {{{', '.join(map(str, t))}}};")
         return out + self.lines
+
+
+def _bf16_arrays(body) -> set[str]:
+    """The names of the bf16 scratch arrays the parallel loops in ``body`` declare (stored as bits)."""
+    names = set()
+    for s in body:
+        if isinstance(s, Parallel):
+            names |= {a.name for a in s.arrays if a.dtype == "bfloat16"}
+        if isinstance(s, (Parallel, Loop)):
+            names |= _bf16_arrays(s.body)
+    return names
 
 
 def _computed(dtype: str) -> str:

@@ -93,9 +93,11 @@ def extreme_split(g: Graph, members: Iterable[int]) -> str | None:
 def _generated(g: Graph, prims: list[Prim], outputs: Sequence[int]) -> bool:
     """The C generator writes the linear prims itself: some kernel template takes the kernel
     (templates.py: a GEMM with its epilogue, convolutions with few taps written out tap by tap)."""
+    template = templates.first(g, prims, outputs)
     if any(g.types[v].dtype == "bfloat16" for p in prims if p.kind is Kind.LINEAR for v in (*p.inputs, p.output)):
-        return False  # bf16 products go to the vendor libraries (AMX, AVX512-BF16), not generated loops
-    return templates.first(g, prims, outputs) is not None
+        # bf16 products: AMX tiles in a GEMM (codegen/amx.py), else the vendor libraries
+        return template is not None and template.name == "gemm"
+    return template is not None
 
 
 def _name(g: Graph, prims: list[Prim], kind: Kind) -> str:

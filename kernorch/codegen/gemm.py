@@ -47,11 +47,11 @@ import math
 
 import numpy as np
 
-from kernorch.codegen import indexing
+from kernorch.codegen import amx, indexing
 from kernorch.codegen.gemm_helpers import MR, MR_NARROW, NR, NR_NARROW
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, operand_batch, product_of,
-                                           strided_operand, unflatten)
+from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, is_bf16, operand_batch,
+                                           product_of, strided_operand, unflatten)
 from kernorch.codegen.linear import layout_strides, view_map
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Inliner
@@ -82,10 +82,14 @@ UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work un
 
 def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
     """None when the C generator writes this kernel as a GEMM (see the module doc), else why not."""
-    prod = product_of(g, prims)
+    prod = product_of(g, prims, bf16=amx.available())
     if isinstance(prod, str):
         return prod
     lin = prod.prim
+    if is_bf16(g, lin):
+        why = _why_not_amx(g, prims, prod)
+        if why:
+            return why
     coords = coords_of(g, prims, lin)
     if isinstance(coords, str):
         return coords
@@ -94,6 +98,19 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
             return f"{p.op.value} cannot share a kernel with a generated GEMM"
     if any(v not in coords for v in outputs):
         return "a generated GEMM writes only the product and values computed from it"
+    return None
+
+
+def _why_not_amx(g: Graph, prims: list[Prim], prod: Product) -> str | None:
+    """None when a bf16 product runs on AMX tiles (amx.py): A its rows (a matmul's first operand,
+    a 1x1 convolution's channels-last pixels, a convolution's windows), in place, computed or
+    copied, B a constant weight."""
+    name = g.name(prod.prim.output)
+    if prod.weight_rows:
+        return f"bf16 convolution {name} is a 1x1 on channels-first pixels (left to the library)"
+    ins, _ = g.boundary({p.output for p in prims})
+    if constant_b(g, {p.output: p for p in prims}, ins, prod) is None:
+        return f"bf16 product {name} does not multiply by a constant weight"
     return None
 
 
@@ -107,11 +124,13 @@ class GemmLowerer(KernelLowerer):
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
-        prod = self.prod = product_of(g, self.prims)
+        prod = self.prod = product_of(g, self.prims, bf16=True)
         lin = prod.prim
         M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
-        narrow = N <= NR_NARROW and M > 1 and not (prod.window is not None and N < MIN_WINDOW_COLUMNS)
-        self.mr, self.nr = (MR_NARROW, NR_NARROW) if narrow else (MR, NR)
+        tiles = self.amx = is_bf16(g, lin)  # bf16 operands: AMX tiles (amx.py)
+        narrow = (not tiles and N <= NR_NARROW and M > 1
+                  and not (prod.window is not None and N < MIN_WINDOW_COLUMNS))
+        self.mr, self.nr = (amx.MR, amx.NR) if tiles else (MR_NARROW, NR_NARROW) if narrow else (MR, NR)
         nb, npan = math.prod(batch), -(-N // self.nr)
         blocks = -(-M // self.mr)
         units = UNITS_PER_THREAD * self.threads
@@ -141,11 +160,11 @@ class GemmLowerer(KernelLowerer):
         col0 = indexing.normalize(pan * self.nr, sizes)
 
         # B a constant weight: read from a copy packed once in panels (no pack per unit)
-        gemv = self._dot_columns(prod, bidx, col0, sizes)
-        dots = prod.window is not None and N < MIN_WINDOW_COLUMNS  # a few output channels: dots per pixel
+        gemv = None if tiles else self._dot_columns(prod, bidx, col0, sizes)
+        dots = not tiles and prod.window is not None and N < MIN_WINDOW_COLUMNS  # a few output channels: dots per pixel
         weight = self._constant_b(prod) if gemv is None and not dots else None
         if weight is not None:
-            self.pack(weight[0], weight[1], self.nr)
+            self.pack(weight[0], weight[1], self.nr, amx.TRANSFORM if tiles else "")
         if dots:
             self.pack(prod.b_value, prod.window.dot_perm)
 
@@ -176,28 +195,36 @@ class GemmLowerer(KernelLowerer):
         image = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)) if win is not None else None
         win_args = (rows, row0, image, *map(ix.const, win.args())) if win is not None else ()
         # tiles read row blocks inside the image in place, through int32 offsets of the taps
-        in_place = win is not None and not dots and self.options.windows_in_place and win.span() < 2 ** 31
+        in_place = (win is not None and not dots and not tiles and self.options.windows_in_place
+                    and win.span() < 2 ** 31)
         if win is not None and not direct:  # a convolution's windows: a row block's into ap unless read in place
-            fill = (Call("kn_window_fill" if in_place else "kn_window_rows", (*win_args, "ap")),)
+            copy = "kn_window_rows_bf16" if tiles else "kn_window_fill" if in_place else "kn_window_rows"
+            fill = (Call(copy, (*win_args, "ap")),)
             a_at, lda = ("ap", ix.const(0)), K
         elif direct:
             fill, a_at, lda = (), image, K
         elif prod.a_src is None:  # A computed: this row block's rows into ap first
             fill = self._computed_rows(prod, bidx, row0, rows, sizes)
             a_at, lda = ("ap", ix.const(0)), K
+        elif tiles:  # kn_amx_tile copies a partial row block (or a K not whole tiles) into ap itself
+            fill = ()
+            a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
         else:
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
-        b_at = (self.buf[weight[0]], indexing.normalize(pan * (K * self.nr), sizes)) if weight is not None else "bp"
+        panel_len = (amx.padded_k(K) if tiles else K) * self.nr
+        b_at = (self.buf[weight[0]], indexing.normalize(pan * panel_len, sizes)) if weight is not None else "bp"
         weight_at = (self.buf[prod.b_value], ix.const(0)) if dots else None
-        tile = (Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
+        tile = (Call("kn_amx_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", "ap")) if tiles else
+                Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
                 Call("kn_window_tile", (*win_args, ix.const(int(narrow)), "wo", "ap", b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))) if in_place else
                 Call("kn_gemm_tile16" if narrow else "kn_gemm_tile",
                      (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", self._prefetch(weight, inner, pan, npan, mbl, K))))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
-        arrays = (Decl("ap", "float32", self.mr * K),) if fill else ()
+        arrays = ((Decl("ap", "bfloat16", self.mr * amx.padded_k(K)),) if tiles else
+                  (Decl("ap", "float32", self.mr * K),) if fill else ())
         offsets = ()
         if in_place:  # the taps' offsets in a window, for the row blocks read in place
             arrays += (Decl("wo", "int32", K),)
@@ -211,10 +238,12 @@ class GemmLowerer(KernelLowerer):
         else:
             per_block = (Loop(panel, ix.const(0), ix.const(npan), (tile, *epilogue)),) if inner else (tile, *epilogue)
             body_unit = (*pack, *offsets, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
+            if tiles:  # tiles are configured per unit: a library call between kernels may change them
+                body_unit = (Call("kn_amx_begin", ()), *body_unit, Call("kn_amx_end", ()))
             arrays += ((Decl("bp", "float32", K * self.nr),) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
-        how = ("one row: a dot product per column" if gemv is not None else
+        how = ("bf16 AMX tiles of 32 rows" if tiles else "one row: a dot product per column" if gemv is not None else
                f"a dot product per row and column, {self.mr} rows at a time" if dots else f"tiles of {self.mr} rows")
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
                 f" (convolution: A's rows are the pixels' {'x'.join(map(str, win.kernel))} windows, "
@@ -230,7 +259,7 @@ class GemmLowerer(KernelLowerer):
         variant = ("one row" if gemv is not None else "window dots in place" if direct else "dot rows" if dots else
                    "windows in place" if in_place else "windows copied" if win is not None else
                    "A computed" if fill else "A in place")
-        traits = {variant, *(["narrow tiles"] if narrow else []), *(["row remainder"] if M % self.mr else []),
+        traits = {variant, *(["amx tiles"] if tiles else []), *(["narrow tiles"] if narrow else []), *(["row remainder"] if M % self.mr else []),
                   *(["column remainder"] if N % self.nr else []), *(["batched"] if nb > 1 else []),
                   *(["every panel per row block"] if inner else []), *(["staged stores"] if staged else []),
                   *(["epilogue"] if len(self.prims) > 1 else [])}
@@ -315,26 +344,7 @@ class GemmLowerer(KernelLowerer):
         return (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
 
     def _constant_b(self, prod: Product) -> tuple[int, tuple[int, ...]] | None:
-        """(constant kernel input, the order of its dims that reads it as B (K, N)) when B is a
-        constant weight: a pixel-rows convolution's weight (Cout, Cin, 1..) as (Cin, .., Cout), a
-        matmul's 2-D weight, plain or transposed. Else None (B is packed per unit)."""
-        g = self.g
-        if prod.pixel_rows:
-            w = prod.b_value
-            perm = prod.window.weight_perm if prod.window else (*range(1, len(g.types[w].shape)), 0)
-            return (w, perm) if w in self.ext and w in g.constants else None
-        shape = g.types[prod.b_value].shape
-        if prod.conv or len(shape) != 2:
-            return None
-        found = strided_operand(g, self.producers, prod.b_value, prod.prim)
-        if isinstance(found, str):
-            return None
-        src, offset, strides = found
-        if src not in self.ext or src not in g.constants or offset or len(g.types[src].shape) != 2:
-            return None
-        sshape, lay = g.types[src].shape, layout_strides(g.types[src].shape)
-        perm = tuple(next((e for e in range(2) if lay[e] == strides[d] and sshape[e] == shape[d]), -1) for d in range(2))
-        return (src, perm) if sorted(perm) == [0, 1] else None
+        return constant_b(self.g, self.producers, self.ext, prod)
 
     def _computed_rows(self, prod: Product, bidx: list, row0: ix.Expr, rows: ix.Expr, sizes) -> tuple:
         """``ap[r*K + k] = A[batch, row0 + r, k]`` for the block's rows: A (a matmul's first
@@ -351,8 +361,9 @@ class GemmLowerer(KernelLowerer):
             index = [bidx[0] if x[0] > 1 else ix.const(0), ix.var(k), *unflatten(row, x[2:], sizes)]
         else:
             index = [*operand_batch(bidx, x), row if x[-2] > 1 else ix.const(0), ix.var(k)]
-        val = body.cast(inl.value(a, index), "float32")
-        store = Store("ap", indexing.normalize(ix.var(r) * prod.K + ix.var(k), sizes), val)
+        dtype, row_len = ("bfloat16", amx.padded_k(prod.K)) if self.amx else ("float32", prod.K)
+        val = body.cast(inl.value(a, index), dtype)
+        store = Store("ap", indexing.normalize(ix.var(r) * row_len + ix.var(k), sizes), val)
         return (Loop(r, ix.const(0), rows, (Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, store), simd=True),)),)
 
     def _dot_columns(self, prod: Product, bidx: list, col0: ix.Expr, sizes):
@@ -394,7 +405,7 @@ class GemmLowerer(KernelLowerer):
                 channel = self.col if self.prod.pixel_rows else self.row
                 bias = body.cast(self.epilogue.value(lin.inputs[2], [channel]), "float32")
                 acc = body.let("add", "float32", (acc, bias))
-            return acc
+            return body.cast(acc, g.types[v].dtype)  # a bf16 product is rounded once, as the interpreter does
         # Every loop runs over valid rows and columns only: plain offsets, contiguous loads; but a
         # select (a concat's pieces, a pad's mask) loads every branch, so those reads stay in bounds.
         flat = self._clamped_flat(v, idx) if v in self.guarded else self._flat(v, idx)
@@ -411,6 +422,29 @@ class GemmLowerer(KernelLowerer):
                 marked.add(u)
                 stack.extend(self.producers[u].inputs if u in self.producers else ())
         return {u for u in marked if u not in self.producers}
+
+
+def constant_b(g: Graph, producers: dict[int, Prim], ext, prod: Product) -> tuple[int, tuple[int, ...]] | None:
+    """(constant kernel input, the order of its dims that reads it as B (K, N)) when B is a
+    constant weight among the kernel's inputs ``ext``: a pixel-rows convolution's weight
+    (Cout, Cin, 1..) as (Cin, .., Cout), a matmul's 2-D weight, plain or transposed. Else None
+    (B is packed per unit)."""
+    if prod.pixel_rows:
+        w = prod.b_value
+        perm = prod.window.weight_perm if prod.window else (*range(1, len(g.types[w].shape)), 0)
+        return (w, perm) if w in ext and w in g.constants else None
+    shape = g.types[prod.b_value].shape
+    if prod.conv or len(shape) != 2:
+        return None
+    found = strided_operand(g, producers, prod.b_value, prod.prim)
+    if isinstance(found, str):
+        return None
+    src, offset, strides = found
+    if src not in ext or src not in g.constants or offset or len(g.types[src].shape) != 2:
+        return None
+    sshape, lay = g.types[src].shape, layout_strides(g.types[src].shape)
+    perm = tuple(next((e for e in range(2) if lay[e] == strides[d] and sshape[e] == shape[d]), -1) for d in range(2))
+    return (src, perm) if sorted(perm) == [0, 1] else None
 
 
 def _stride(e: ix.Expr, i: int) -> int:

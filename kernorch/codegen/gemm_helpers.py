@@ -92,60 +92,7 @@ static void kn_window_dots(int64_t rows, int64_t p0, const float *restrict x, in
     r += P;
   }
 }
-/* ap[r*K + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
-   element strides cs, hs, ws), zeros where it leaves the image: K ordered (kh, kw, c) when the channels
-   are contiguous (cs == 1: a copy per tap), else (c, kh, kw). gemm_product.Window describes it. */
-static void kn_window_rows(int64_t rows, int64_t p0, const float *restrict x, int64_t C, int64_t H, int64_t W,
-                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
-                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, float *restrict ap) {
-  const int64_t K = C * KH * KW;
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) %% OW;
-    float *restrict dst = ap + r * K;
-    if (cs != 1) {  /* K ordered (c, kh, kw): a row of taps per channel and kernel row */
-      for (int64_t c = 0; c < C; c++)
-        for (int64_t kh = 0; kh < KH; kh++) {
-          const int64_t ih = oh * sh - ph + kh * dh;
-          const float *row = x + c * cs + ih * hs;
-          float *d = dst + (c * KH + kh) * KW;
-          const int64_t iw0 = ow * sw - pw;
-          if (ws == 1 && dw == 1 && ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: one run */
-            memcpy(d, row + iw0, KW * sizeof(float));
-            continue;
-          }
-          for (int64_t kw = 0; kw < KW; kw++) {
-            const int64_t iw = ow * sw - pw + kw * dw;
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) d[kw] = row[iw * ws]; else d[kw] = 0.0f;
-          }
-        }
-      continue;
-    }
-    for (int64_t kh = 0; kh < KH; kh++) {  /* K ordered (kh, kw, c) */
-      const int64_t ih = oh * sh - ph + kh * dh;
-      float *d = dst + kh * KW * C;
-      if (ws == C && dw == 1) {  /* the row's taps are one run of KW*C floats: copy its inside part */
-        const int64_t iw0 = ow * sw - pw;
-        if (ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: a copy of a constant size */
-          memcpy(d, x + ih * hs + iw0 * ws, KW * C * sizeof(float));
-          continue;
-        }
-        int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
-        if (ih < 0 || ih >= H || lo > KW) lo = KW;
-        hi = hi > KW ? KW : hi < lo ? lo : hi;
-        memset(d, 0, lo * C * sizeof(float));
-        if (hi > lo) memcpy(d + lo * C, x + ih * hs + (iw0 + lo) * ws, (hi - lo) * C * sizeof(float));
-        memset(d + hi * C, 0, (KW - hi) * C * sizeof(float));
-        continue;
-      }
-      for (int64_t kw = 0; kw < KW; kw++, d += C) {  /* a run of C channels per tap */
-        const int64_t iw = ow * sw - pw + kw * dw;
-        if (ih >= 0 && ih < H && iw >= 0 && iw < W) memcpy(d, x + ih * hs + iw * ws, C * sizeof(float));
-        else memset(d, 0, C * sizeof(float));
-      }
-    }
-  }
-}
-/* wo[k] = the offset of tap k of a window (K ordered as kn_window_rows's) from its first element: a row of A
+%(window_rows)s/* wo[k] = the offset of tap k of a window (K ordered as kn_window_rows's) from its first element: a row of A
    read in place, where kn_window_inside says the whole window lies in the image. Arguments as kn_window_rows's. */
 static void kn_window_offsets(int64_t C, int64_t H, int64_t W, int64_t cs, int64_t hs, int64_t ws, int64_t OW,
                               int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
@@ -290,6 +237,65 @@ _DOTS = "\n".join(_dots(P, N) for P in _PIXELS for N in range(1, _ND + 1) if _ma
     "\nstatic void (*const kn_dots[%d][%d])(const float *restrict, int64_t, const float *restrict, int64_t, int64_t,"
     " kn_vec *restrict, float *restrict) = {%s};" % (len(_PIXELS), _ND, ", ".join(
         "{" + ", ".join(f"kn_dots_{P}_{n}" if _made(P, n) else "0" for n in range(1, _ND + 1)) + "}" for P in _PIXELS)))
-HELPERS = HELPERS % {"nr": NR, "nd": _ND, "d4": DOTS_CHANNELS["avx512"][0], "d2": DOTS_CHANNELS["avx512"][1],
+# ap[r*LD + ..] = a convolution's windows: kn_window_rows on float images (LD = K), kn_window_rows_bf16 on
+# bf16 images for AMX tiles (LD = K rounded up to whole 32-element k steps, codegen/amx.py).
+_WINDOW_ROWS = r"""/* ap[r*LD + ..] = the window of output pixel p0 + r (r < rows) of a 2-D convolution's image x (C x H x W,
+   element strides cs, hs, ws), zeros where it leaves the image: K ordered (kh, kw, c) when the channels
+   are contiguous (cs == 1: a copy per tap), else (c, kh, kw). gemm_product.Window describes it. */
+static void KN_NAME(int64_t rows, int64_t p0, const KN_T *restrict x, int64_t C, int64_t H, int64_t W,
+                           int64_t cs, int64_t hs, int64_t ws, int64_t OW, int64_t KH, int64_t KW, int64_t sh,
+                           int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, KN_T *restrict ap) {
+  const int64_t K = C * KH * KW;
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t oh = (p0 + r) / OW, ow = (p0 + r) % OW;
+    KN_T *restrict dst = ap + r * (KN_LD);
+    if (cs != 1) {  /* K ordered (c, kh, kw): a row of taps per channel and kernel row */
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t kh = 0; kh < KH; kh++) {
+          const int64_t ih = oh * sh - ph + kh * dh;
+          const KN_T *row = x + c * cs + ih * hs;
+          KN_T *d = dst + (c * KH + kh) * KW;
+          const int64_t iw0 = ow * sw - pw;
+          if (ws == 1 && dw == 1 && ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: one run */
+            memcpy(d, row + iw0, KW * sizeof(KN_T));
+            continue;
+          }
+          for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t iw = ow * sw - pw + kw * dw;
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W) d[kw] = row[iw * ws]; else d[kw] = 0;
+          }
+        }
+      continue;
+    }
+    for (int64_t kh = 0; kh < KH; kh++) {  /* K ordered (kh, kw, c) */
+      const int64_t ih = oh * sh - ph + kh * dh;
+      KN_T *d = dst + kh * KW * C;
+      if (ws == C && dw == 1) {  /* the row's taps are one run of KW*C elements: copy its inside part */
+        const int64_t iw0 = ow * sw - pw;
+        if (ih >= 0 && ih < H && iw0 >= 0 && iw0 + KW <= W) {  /* inside: a copy of a constant size */
+          memcpy(d, x + ih * hs + iw0 * ws, KW * C * sizeof(KN_T));
+          continue;
+        }
+        int64_t lo = iw0 < 0 ? -iw0 : 0, hi = W - iw0;  /* taps [lo, hi) lie inside the image */
+        if (ih < 0 || ih >= H || lo > KW) lo = KW;
+        hi = hi > KW ? KW : hi < lo ? lo : hi;
+        memset(d, 0, lo * C * sizeof(KN_T));
+        if (hi > lo) memcpy(d + lo * C, x + ih * hs + (iw0 + lo) * ws, (hi - lo) * C * sizeof(KN_T));
+        memset(d + hi * C, 0, (KW - hi) * C * sizeof(KN_T));
+        continue;
+      }
+      for (int64_t kw = 0; kw < KW; kw++, d += C) {  /* a run of C channels per tap */
+        const int64_t iw = ow * sw - pw + kw * dw;
+        if (ih >= 0 && ih < H && iw >= 0 && iw < W) memcpy(d, x + ih * hs + iw * ws, C * sizeof(KN_T));
+        else memset(d, 0, C * sizeof(KN_T));
+      }
+    }
+  }
+}
+"""
+_WINDOWS = "".join(_WINDOW_ROWS.replace("KN_NAME", name).replace("KN_T", ctype).replace("KN_LD", ld)
+                   for name, ctype, ld in (("kn_window_rows", "float", "K"),
+                                           ("kn_window_rows_bf16", "uint16_t", "(K + 31) / 32 * 32")))
+HELPERS = HELPERS % {"window_rows": _WINDOWS, "nr": NR, "nd": _ND, "d4": DOTS_CHANNELS["avx512"][0], "d2": DOTS_CHANNELS["avx512"][1],
                      "d4_narrow": DOTS_CHANNELS["narrow"][0], "d2_narrow": DOTS_CHANNELS["narrow"][1], "dots": _DOTS.replace("%", "%%"),
                      "tiles": _TILES.replace("%", "%%")}

@@ -120,6 +120,12 @@ class Product:
         return [*bidx, k, *(indexing.normalize(o * st, sizes) for o, st in zip(out, p.attrs.strides))]
 
 
+def is_bf16(g: Graph, p: Prim) -> bool:
+    """``p`` multiplies bfloat16 operands into a bfloat16 result (a convolution's bias may be float32)."""
+    dtypes = [g.types[v].dtype for v in (*p.inputs[:2], p.output)]
+    return all(d == "bfloat16" for d in dtypes) and all(g.types[v].dtype in ("bfloat16", "float32") for v in p.inputs[2:])
+
+
 def unflatten(n: ix.Expr, shape, sizes) -> list:
     """Row-major coordinates of flat index ``n`` in ``shape`` (the outermost one takes no modulo:
     ``n`` is in range)."""
@@ -138,13 +144,14 @@ def operand_batch(bidx: list, shape) -> list:
     return [e if s > 1 else ix.const(0) for e, s in zip(own, shape[:n])]
 
 
-def product_of(g: Graph, prims: list[Prim]) -> Product | str:
-    """The kernel's linear prim as a Product, or why it is not one."""
+def product_of(g: Graph, prims: list[Prim], bf16: bool = False) -> Product | str:
+    """The kernel's linear prim as a Product, or why it is not one. With ``bf16`` a product of
+    bfloat16 operands to a bfloat16 result (a convolution's bias float32) is one too."""
     lin = [p for p in prims if p.kind is Kind.LINEAR]
     if len(lin) != 1 or lin[0].op not in (Op.MATMUL, Op.CONV):
         return "a generated GEMM holds exactly one matmul or convolution and no other linear prim"
     p = lin[0]
-    if any(g.types[v].dtype != "float32" for v in (*p.inputs, p.output)):
+    if not (bf16 and is_bf16(g, p)) and any(g.types[v].dtype != "float32" for v in (*p.inputs, p.output)):
         return f"{p.op.value} {g.name(p.output)} is not on float32"
     producers = {q.output: q for q in prims}
     if p.op is Op.CONV:

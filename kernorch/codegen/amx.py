@@ -1,0 +1,120 @@
+"""bfloat16 products on AMX tiles: the generated GEMM's tile when both operands are bf16.
+
+Why: a bf16 plan's products went to oneDNN through PyTorch, one library call per kernel, and on
+a Sapphire Rapids VM (2 threads) a 32x32 AMX tile loop written here ran as fast or faster than
+that call alone (``python -m bench.gemm_micro --bf16``) — and it runs inside the native driver,
+with the generated GEMM's epilogue (bias, activation, residual, the bf16 rounding) applied to
+the tile while it is in cache.
+
+The tile: 32 rows x 32 columns of float32 sums (four 16x16 accumulator tiles), A's rows in two
+16-row tiles of 32 bf16 along k, B's panel in two 16-column tiles of 16 bf16 pairs — the
+"VNNI" order ``TDPBF16PS`` reads: B[k, n] and B[k+1, n] side by side. A constant weight is
+copied once in that order (``TRANSFORM``, zeros past K and N). A is read in place when its row
+block is whole and K a multiple of 32, else copied into a zero-padded scratch ``ap`` (32 x Kp).
+Tiles are configured per work unit (a library call between two kernels may reconfigure them)
+and the process asks Linux for the AMX state once per library (``arch_prctl``). Where the
+compiler or the kernel gives no AMX, the same function computes the tile with float loops
+(correct, slow; the solver then prices it out).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from kernorch.codegen import isa
+
+MR, NR, KSTEP = 32, 32, 32  # tile rows, columns, k per step (64 bytes of bf16)
+TRANSFORM = "bf16_pairs"  # the weight's copy in KernelSpec.packs
+
+
+def padded_k(k: int) -> int:
+    """K rounded up to whole k steps: the length of a row of ``ap`` and of the packed weight."""
+    return -(-k // KSTEP) * KSTEP
+
+
+def pairs(x: torch.Tensor, panel: int) -> torch.Tensor:
+    """The (K, N) matrix ``x`` as (npanels, Kp / 2, panel, 2): ``[p, kk, n, e] = x[2kk + e, p*panel + n]``,
+    zeros past K and N (bf16, the order AMX's bf16 dot product reads B in)."""
+    k, n = x.shape
+    npan = -(-n // panel)
+    x = F.pad(x, (0, npan * panel - n, 0, padded_k(k) - k))
+    return x.reshape(padded_k(k) // 2, 2, npan, panel).permute(2, 0, 3, 1).contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """This CPU has AMX bf16 tiles (the generated code still checks the OS grants them)."""
+    return "amx_bf16" in isa.host().extras
+
+
+HELPERS = r"""/* bfloat16 products on AMX tiles (codegen/amx.py). */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KN_AMX 1
+static int kn_amx_ok;
+/* Linux hands a process the AMX tile state only when asked (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
+__attribute__((constructor)) static void kn_amx_permit(void) { kn_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0; }
+typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } kn_tilecfg;
+#endif
+/* Every tile 16 rows of 64 bytes: 0-3 the sums, 4-5 A, 6-7 B. */
+static void kn_amx_begin(void) {
+#ifdef KN_AMX
+  if (!kn_amx_ok) return;
+  kn_tilecfg c;
+  memset(&c, 0, sizeof c);
+  c.palette = 1;
+  for (int t = 0; t < 8; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
+  _tile_loadconfig(&c);
+#endif
+}
+static void kn_amx_end(void) {
+#ifdef KN_AMX
+  if (kn_amx_ok) _tile_release();
+#endif
+}
+/* tl[r*32 + n] = sum over k < K of a[r*lda + k] * B[k, n], r < rows (the rows past it hold any value), n < 32.
+   a: bf16 rows; b: a 32-column panel as bf16 pairs, (Kp/2) x 32 x 2; ap: scratch of 32 x Kp bf16. A row block
+   that is not whole, or a K that is not a multiple of 32, is copied into ap first, zeros past K; a == ap: the
+   caller filled its rows (row length Kp) and the zeros past K are written here. */
+static void kn_amx_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, float *tl,
+                        uint16_t *ap) {
+  const int64_t Kp = (K + 31) / 32 * 32;
+  if (a != ap && (rows < 32 || K % 32)) {
+    for (int64_t r = 0; r < rows; r++) memcpy(ap + r * Kp, a + r * lda, K * sizeof(uint16_t));
+    a = ap;
+  }
+  if (a == ap) {
+    for (int64_t r = 0; r < 32; r++) memset(ap + r * Kp + K, 0, (Kp - K) * sizeof(uint16_t));
+    lda = Kp;
+  }
+#ifdef KN_AMX
+  if (kn_amx_ok) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t k = 0; k < Kp; k += 32) {
+      _tile_loadd(4, a + k, lda * 2);
+      _tile_loadd(5, a + 16 * lda + k, lda * 2);
+      _tile_loadd(6, b + k * 32, 128);
+      _tile_loadd(7, b + k * 32 + 32, 128);
+      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, tl, 128); _tile_stored(1, tl + 16, 128);
+    _tile_stored(2, tl + 16 * 32, 128); _tile_stored(3, tl + 16 * 32 + 16, 128);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < rows; r++)
+    for (int n = 0; n < 32; n++) {
+      float s = 0.0f;
+      for (int64_t kk = 0; kk < Kp / 2; kk++)
+        s += kn_bf16_load(a[r * lda + 2 * kk]) * kn_bf16_load(b[(kk * 32 + n) * 2])
+           + kn_bf16_load(a[r * lda + 2 * kk + 1]) * kn_bf16_load(b[(kk * 32 + n) * 2 + 1]);
+      tl[r * 32 + n] = s;
+    }
+}
+"""
