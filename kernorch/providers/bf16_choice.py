@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from kernorch.codegen import amx
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Op, Prim, ValueId
 from kernorch.providers.timing import MedianTimer
@@ -21,15 +22,24 @@ MARGIN = 0.5  # bf16 must take at most this share of the float32 time
 
 
 def bf16_faster(g: Graph, threads: int) -> set[ValueId]:
-    """Outputs of the float32 matmuls and dense 2-D convolutions of ``g`` that run faster in bf16."""
+    """Outputs of the float32 matmuls and dense 2-D convolutions of ``g`` that run faster in bf16.
+    Where the CPU has AMX, a product by a constant weight is one without timing: the generated AMX
+    tiles (codegen/amx.py) ran every such product 3-10x faster than the float32 GEMM
+    (``python -m bench.amx_micro``), and the solver still weighs them against oneDNN's bf16 call."""
     timer = MedianTimer(warmup=2, repeats=5)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            return {p.output for p in g.prims if _candidate(g, p) and _faster(g, p, timer)}
+            return {p.output for p in g.prims
+                    if _candidate(g, p) and (_on_tiles(g, p) or _faster(g, p, timer))}
     finally:
         torch.set_num_threads(before)
+
+
+def _on_tiles(g: Graph, p: Prim) -> bool:
+    """A product the generated AMX tiles may take: by a constant weight, on a CPU with AMX bf16."""
+    return amx.available() and p.inputs[1] in g.constants
 
 
 def _candidate(g: Graph, p: Prim) -> bool:
