@@ -4,7 +4,7 @@ timed interleaved; the bf16 runtimes' accuracy against onnxruntime's float32 out
 input (max error relative to the output's scale, cosine, top-1 agreement over the last axis).
 
     python -m bench.precision [--models resnet50,mobilenetv3_large,bert_base,efficientvit_b0]
-                              [--small] [--repeats 9] [--threads 2] [--db PATH]
+                              [--small] [--repeats 9] [--threads 2] [--db PATH] [--precisions f32,bf16]
 
 Prints the machine header (kernorch doctor's), one JSON line per model, then a table. Each model is
 compiled twice (f32 and bf16, measured): run it alone, on a quiet machine.
@@ -49,7 +49,7 @@ def bench_one(name: str, args, db: str, folder: Path) -> dict:
         runners["openvino f32"] = peers.openvino_runner(path, feeds, args.threads, "f32")
         runners["openvino bf16"] = peers.openvino_runner(path, feeds, args.threads, "bf16")
     compiles = {}
-    for precision in ("f32", "bf16"):
+    for precision in args.precisions.split(","):
         model, wall = peers.kernorch_compile(path, "optimal", None, db, args.threads, regions=False,
                                              precision=precision)
         compiles[precision] = dict(compile_s=round(wall, 1), kernels=len(model.executable.infos),
@@ -95,7 +95,8 @@ def run_models(description: str, argv, models: list[str], prefix: str, bench_one
 
 
 def main(argv=None) -> None:
-    args, rows = run_models(__doc__.splitlines()[0], argv, MODELS, "kn-precision-", bench_one)
+    args, rows = run_models(__doc__.splitlines()[0], argv, MODELS, "kn-precision-", bench_one,
+                            precisions=(str, "f32,bf16", "kernorch's compiles (bf16 alone: half the compile time)"))
     cols = ["onnxruntime", "openvino f32", "kn-own f32", "openvino bf16", "kn-own bf16"]
     print(f"{'model':18} " + " ".join(f"{c:>13}" for c in cols) + f" {'kn/OV bf16':>10} {'noise':>6}  accuracy (bf16 vs f32)")
     ratios = []
