@@ -86,3 +86,28 @@ def test_widened_reduction_reads_bf16_and_accumulates_in_float32():
     g2, members2, outputs2 = finish(b2, b2.reduce(Op.SUM, y, [1]))
     with pytest.raises(CannotGenerate, match="reduction over bfloat16"):
         codegen.build_kernel(g2, members2, outputs2, num_threads=THREADS)
+
+
+def test_bf16_exact_values_are_not_rounded_again():
+    """Note [bf16-exact values] (c.py): a widened bf16 value through ReLU, max with a bf16-exact
+    constant, negation and a select is still a bf16 value: its rounding cast is the identity and it
+    is stored as its top half. Bit for bit with the interpreter (NaNs where it has NaNs, whatever their
+    payload); a value that is not exact (a sum) is still rounded."""
+    b = Builder()
+    x = b.input((3, 256), "bfloat16")
+    w = b.cast(x, "float32")
+    exact = b.binary(Op.MAX, b.unary(Op.NEG, b.unary(Op.RELU, w)), b.scalar(-0.5))
+    out_exact = b.cast(exact, "bfloat16")
+    out_sum = b.cast(b.binary(Op.ADD, w, b.scalar(0.25)), "bfloat16")  # exact operands, an inexact sum
+    g, members, outputs = finish(b, out_exact, out_sum)
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((3, 256)).astype(np.float32).astype(BFLOAT16)
+    bits = data.view(np.uint16)
+    bits[0, :4] = [0x7FC1, 0xFFC0, 0x7F80, 0xFF80]  # NaNs with payloads, +-inf
+    got, ref, kern = _run(g, members, outputs, [data])
+    for a, r in zip(got, ref):
+        nan = np.isnan(r.astype(np.float32))
+        assert nan.any() and np.array_equal(np.isnan(a.astype(np.float32)), nan)
+        np.testing.assert_array_equal(_bits(a)[~nan], _bits(r)[~nan])
+    function = kern.source[kern.source.index(f"void {kern.spec.name}("):]
+    assert function.count("kn_bf16_round(") == 1 and "kn_bf16_high(" in function  # the sum's rounding only
