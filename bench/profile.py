@@ -44,8 +44,10 @@ def main(argv=None) -> None:
     print(f"{args.model} {args.precision}: {call * 1e3:.2f} ms per call, {len(ex.infos)} kernels, compile {wall:.0f} s")
     rows, by_provider = [], defaultdict(float)
     for info, t, k in zip(ex.infos, per, ex.kernels):
-        detail = getattr(k, "detail", "") or getattr(getattr(k, "built", None), "detail", "") or ""
-        rows.append((t * 1e3, info.provider, ",".join(info.ops)[:70], str(detail)[:90]))
+        spec = getattr(k, "spec", None)  # a generated kernel: its template's own note (GEMM sizes, variant)
+        detail = (getattr(k, "detail", "") or getattr(getattr(k, "built", None), "detail", "")
+                  or (spec.notes[0] if spec is not None and spec.notes else ""))
+        rows.append((t * 1e3, info.provider, ",".join(info.ops)[:70], str(detail)[:150]))
         by_provider[info.provider] += t * 1e3
     for row in sorted(rows, reverse=True)[:args.top]:
         print("%7.3f ms  %-14s %-70s %s" % row)

@@ -91,7 +91,7 @@ def test_computed_a_is_rounded_into_the_scratch(path):
     a = b.cast(b.unary(Op.TANH, x), "bfloat16")
     y = b.matmul(a, b.constant(_weight(rng, (72, 40))))
     kern = _check(b, y)
-    assert "A computed" in kern.spec.traits
+    assert "A computed" in kern.spec.traits and "panel groups" not in kern.spec.traits  # 2 panels, 2 threads
 
 
 def test_pointwise_convolution_on_channels_last_pixels(path):
@@ -153,13 +153,15 @@ def test_no_amx_means_no_generated_bf16_product(monkeypatch):
     ((2, 24, 10, 10), (3, 3), (2, 2), (1, 0, 1, 0), "nhwc"),  # strided, uneven pads, K = 216 (not whole)
     ((1, 3, 17, 17), (7, 7), (2, 2), (3, 3, 3, 3), "nchw"),  # a stem on a channels-first image
     ((1, 40, 8, 8), (1, 1), (2, 2), (0, 0, 0, 0), "nhwc"),  # a strided 1x1 (a downsampling shortcut)
+    ((1, 64, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), "nhwc"),  # 49 rows, 5 panels of a small weight: all per row block
+    ((1, 128, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), "nhwc"),  # 9 panels of a 1.3 MB weight: groups of 5 and 4
 ])
 def test_convolution_windows_on_tiles(path, image, kernel, strides, pads, layout_):
     """Any other convolution: each row block's windows copied into ``ap`` as bf16 (zeros in the
     pads), the weight packed in the windows' k order."""
     rng = np.random.default_rng(sum(image))
     n, c, h, w = image
-    co = 48
+    co = {64: 160, 128: 288}.get(c, 48)
     b = Builder()
     if layout_ == "nhwc":
         x = b.view(b.input((n, h, w, c), "bfloat16"), layout.permute((n, h, w, c), (0, 3, 1, 2)))
@@ -170,3 +172,6 @@ def test_convolution_windows_on_tiles(path, image, kernel, strides, pads, layout
     out = b.unary(Op.RELU, b.cast(y, "float32"))
     kern = _check(b, out)
     assert "windows copied" in kern.spec.traits
+    # a fill per row block for all panels (a small weight) or for each group of panels, never one per panel
+    assert bool({"panel groups", "every panel per row block"} & set(kern.spec.traits)) == (co > amx.NR)
+    assert ("panel groups" in kern.spec.traits) == (co == 288)
