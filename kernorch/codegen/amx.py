@@ -65,11 +65,13 @@ typedef struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16
 static void kn_amx_begin(void) {
 #ifdef KN_AMX
   if (!kn_amx_ok) return;
-  kn_tilecfg c;
+  kn_tilecfg c __attribute__((aligned(64)));
   memset(&c, 0, sizeof c);
   c.palette = 1;
   for (int t = 0; t < 8; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
-  _tile_loadconfig(&c);
+  /* not _tile_loadconfig: gcc 12's declares only 8 of the 64 bytes read, and dead-store elimination then
+     dropped the rows and columns (a #GP in the native driver, ResNet-50 ran by luck) */
+  __asm__ volatile("ldtilecfg %0" : : "m"(c));
 #endif
 }
 static void kn_amx_end(void) {

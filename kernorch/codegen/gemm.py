@@ -87,7 +87,7 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
         return prod
     lin = prod.prim
     if is_bf16(g, lin):
-        why = _why_not_amx(g, prims, prod)
+        why = _why_not_amx(g, prod)
         if why:
             return why
     coords = coords_of(g, prims, lin)
@@ -101,16 +101,13 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
     return None
 
 
-def _why_not_amx(g: Graph, prims: list[Prim], prod: Product) -> str | None:
+def _why_not_amx(g: Graph, prod: Product) -> str | None:
     """None when a bf16 product runs on AMX tiles (amx.py): A its rows (a matmul's first operand,
     a 1x1 convolution's channels-last pixels, a convolution's windows), in place, computed or
-    copied, B a constant weight."""
+    copied; B a constant weight packed once, or packed in bf16 pairs per work unit."""
     name = g.name(prod.prim.output)
     if prod.weight_rows:
         return f"bf16 convolution {name} is a 1x1 on channels-first pixels (left to the library)"
-    ins, _ = g.boundary({p.output for p in prims})
-    if constant_b(g, {p.output: p for p in prims}, ins, prod) is None:
-        return f"bf16 product {name} does not multiply by a constant weight"
     return None
 
 
@@ -142,7 +139,8 @@ class GemmLowerer(KernelLowerer):
         inner = (prod.window is not None or rows_first) and npan > 1 and weight_bytes <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panel groups that units split
         group_len = npan if inner else 1  # panels per group, each looped over per row block
-        if tiles and not inner and npan > 1 and (prod.window is not None or prod.a_src is None):
+        if (tiles and not inner and npan > 1 and (prod.window is not None or prod.a_src is None)
+                and self._constant_b(prod) is not None):
             # AMX tiles whose A rows are filled per row block (windows copied, rows computed): one group of
             # panels per thread, so a row block is filled once per group, not once per panel (ResNet-50's
             # 3x3 512->512 at 7x7, 16 panels: 0.32 ms with a copy per panel)
@@ -251,7 +249,8 @@ class GemmLowerer(KernelLowerer):
             body_unit = (*pack, *offsets, Loop(mbl, ix.const(0), blocks_here, (*fill, *per_block)))
             if tiles:  # tiles are configured per unit: a library call between kernels may change them
                 body_unit = (Call("kn_amx_begin", ()), *body_unit, Call("kn_amx_end", ()))
-            arrays += ((Decl("bp", "float32", K * self.nr),) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
+            bp = Decl("bp", "bfloat16", amx.padded_k(K) * self.nr) if tiles else Decl("bp", "float32", K * self.nr)
+            arrays += ((bp,) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
         how = ("bf16 AMX tiles of 32 rows" if tiles else "one row: a dot product per column" if gemv is not None else
@@ -337,22 +336,36 @@ class GemmLowerer(KernelLowerer):
 
     def _pack_panel(self, prod: Product, bidx: list, col0: ix.Expr, cols: ix.Expr, sizes) -> tuple:
         """The unit's B panel: ``bp[k*nr + j] = B[batch, k, col0 + j]`` over the valid columns,
-        then zeros past N (no load leaves the value: contiguous loads, no clamps or selects)."""
+        then zeros past N (no load leaves the value: contiguous loads, no clamps or selects). On AMX
+        tiles in bf16 pairs (``amx.pairs``' order), with zero rows past K to whole k steps."""
         g, vs, K = self.g, self.vs, prod.K
         k, j, jz = vs.new(K), vs.new(self.nr), vs.new(self.nr)
+        dtype = "bfloat16" if self.amx else "float32"
+
+        def at(kk: ix.Expr, jj: ix.Expr) -> ix.Expr:
+            if self.amx:  # element (k, j) of the pairs: row k // 2, column j, k % 2 within the pair
+                return indexing.normalize(ix.floordiv(kk, 2, sizes) * (2 * self.nr) + jj * 2 + ix.mod(kk, 2, sizes), sizes)
+            return indexing.normalize(kk * self.nr + jj, sizes)
+
         col = indexing.normalize(col0 + ix.var(j), sizes)
         body = Body(self.names)
         inl = Inliner(g, self.producers, self.inline, sizes, body, self._leaf)
-        val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), "float32")
-        store = (*body.lets, Store("bp", indexing.normalize(ix.var(k) * self.nr + ix.var(j), sizes), val))
+        val = body.cast(inl.value(prod.b_value, prod.b_index(g, bidx, ix.var(k), col, sizes)), dtype)
+        store = (*body.lets, Store("bp", at(ix.var(k), ix.var(j)), val))
         zero = f"t{next(self.names)}"
-        zeros = Loop(jz, cols, ix.const(self.nr), (Let(zero, "float32", "imm", (), 0.0),
-                                              Store("bp", indexing.normalize(ix.var(k) * self.nr + ix.var(jz), sizes), zero)),
+        zeros = Loop(jz, cols, ix.const(self.nr), (Let(zero, dtype, "imm", (), 0.0), Store("bp", at(ix.var(k), ix.var(jz)), zero)),
                      simd=True)
         if prod.pixel_rows:  # a computed weight, contiguous along k: read it in rows, scatter into the panel
-            return (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
-                    Loop(k, ix.const(0), ix.const(K), (zeros,)))
-        return (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
+            loops = (Loop(j, ix.const(0), cols, (Loop(k, ix.const(0), ix.const(K), store, simd=True),)),
+                     Loop(k, ix.const(0), ix.const(K), (zeros,)))
+        else:
+            loops = (Loop(k, ix.const(0), ix.const(K), (Loop(j, ix.const(0), cols, store, simd=True), zeros)),)
+        if not self.amx or amx.padded_k(K) == K:
+            return loops
+        kz, jk = vs.new(amx.padded_k(K)), vs.new(self.nr)  # zero rows past K, to whole k steps
+        zero_k = f"t{next(self.names)}"
+        return (*loops, Loop(kz, ix.const(K), ix.const(amx.padded_k(K)), (Loop(jk, ix.const(0), ix.const(self.nr), (
+            Let(zero_k, dtype, "imm", (), 0.0), Store("bp", at(ix.var(kz), ix.var(jk)), zero_k))),)))
 
     def _constant_b(self, prod: Product) -> tuple[int, tuple[int, ...]] | None:
         return constant_b(self.g, self.producers, self.ext, prod)

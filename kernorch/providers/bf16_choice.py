@@ -23,9 +23,9 @@ MARGIN = 0.5  # bf16 must take at most this share of the float32 time
 
 def bf16_faster(g: Graph, threads: int) -> set[ValueId]:
     """Outputs of the float32 matmuls and dense 2-D convolutions of ``g`` that run faster in bf16.
-    Where the CPU has AMX, a product by a constant weight is one without timing: the generated AMX
-    tiles (codegen/amx.py) ran every such product 3-10x faster than the float32 GEMM
-    (``python -m bench.amx_micro``), and the solver still weighs them against oneDNN's bf16 call."""
+    Where the CPU has AMX, every product the generated AMX tiles take is one, without timing: they ran
+    every product 3-10x faster than the float32 GEMM (``python -m bench.amx_micro``), and the solver
+    still weighs them against oneDNN's bf16 call."""
     timer = MedianTimer(warmup=2, repeats=5)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -38,8 +38,10 @@ def bf16_faster(g: Graph, threads: int) -> set[ValueId]:
 
 
 def _on_tiles(g: Graph, p: Prim) -> bool:
-    """A product the generated AMX tiles may take: by a constant weight, on a CPU with AMX bf16."""
-    return amx.available() and p.inputs[1] in g.constants
+    """A product the generated AMX tiles may take, on a CPU with AMX bf16: a matmul (a constant
+    weight packed once, an activation packed per work unit: attention's scores and values) or a
+    convolution by a constant weight."""
+    return amx.available() and (p.op is Op.MATMUL or p.inputs[1] in g.constants)
 
 
 def _candidate(g: Graph, p: Prim) -> bool:
