@@ -20,11 +20,16 @@ compiler or the kernel gives no AMX, the same function computes the tile with fl
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from kernorch.codegen import isa
+
+if TYPE_CHECKING:  # gemm_product imports the layers that import this module (packing.py)
+    from kernorch.codegen.gemm_product import Product
+    from kernorch.ir.graph import Graph
 
 MR, NR, KSTEP = 32, 32, 32  # tile rows, columns, k per step (64 bytes of bf16)
 TRANSFORM = "bf16_pairs"  # the weight's copy in KernelSpec.packs
@@ -48,6 +53,16 @@ def pairs(x: torch.Tensor, panel: int) -> torch.Tensor:
 def available() -> bool:
     """This CPU has AMX bf16 tiles (the generated code still checks the OS grants them)."""
     return "amx_bf16" in isa.host().extras
+
+
+def why_not(g: Graph, prod: Product) -> str | None:
+    """None when a bf16 product runs on AMX tiles (amx.py): A its rows (a matmul's first operand,
+    a 1x1 convolution's channels-last pixels, a convolution's windows), in place, computed or
+    copied; B a constant weight packed once, or packed in bf16 pairs per work unit."""
+    name = g.name(prod.prim.output)
+    if prod.weight_rows:
+        return f"bf16 convolution {name} is a 1x1 on channels-first pixels (left to the library)"
+    return None
 
 
 HELPERS = r"""/* bfloat16 products on AMX tiles (codegen/amx.py). */

@@ -50,9 +50,9 @@ import numpy as np
 from kernorch.codegen import amx, indexing
 from kernorch.codegen.gemm_helpers import MR, MR_NARROW, NR, NR_NARROW
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, coords_of, is_bf16, operand_batch,
-                                           product_of, strided_operand, unflatten)
-from kernorch.codegen.linear import layout_strides, view_map
+from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, constant_b, coords_of, is_bf16,
+                                           operand_batch, product_of, strided_operand, unflatten)
+from kernorch.codegen.linear import view_map
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Inliner
 from kernorch.codegen.ssa import Body
@@ -87,7 +87,7 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
         return prod
     lin = prod.prim
     if is_bf16(g, lin):
-        why = _why_not_amx(g, prod)
+        why = amx.why_not(g, prod)
         if why:
             return why
     coords = coords_of(g, prims, lin)
@@ -98,16 +98,6 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
             return f"{p.op.value} cannot share a kernel with a generated GEMM"
     if any(v not in coords for v in outputs):
         return "a generated GEMM writes only the product and values computed from it"
-    return None
-
-
-def _why_not_amx(g: Graph, prod: Product) -> str | None:
-    """None when a bf16 product runs on AMX tiles (amx.py): A its rows (a matmul's first operand,
-    a 1x1 convolution's channels-last pixels, a convolution's windows), in place, computed or
-    copied; B a constant weight packed once, or packed in bf16 pairs per work unit."""
-    name = g.name(prod.prim.output)
-    if prod.weight_rows:
-        return f"bf16 convolution {name} is a 1x1 on channels-first pixels (left to the library)"
     return None
 
 
@@ -141,9 +131,8 @@ class GemmLowerer(KernelLowerer):
         group_len = npan if inner else 1  # panels per group, each looped over per row block
         if (tiles and not inner and npan > 1 and (prod.window is not None or prod.a_src is None)
                 and self._constant_b(prod) is not None):
-            # AMX tiles whose A rows are filled per row block (windows copied, rows computed): one group of
-            # panels per thread, so a row block is filled once per group, not once per panel (ResNet-50's
-            # 3x3 512->512 at 7x7, 16 panels: 0.32 ms with a copy per panel)
+            # AMX tiles whose A is filled per row block (windows, computed rows): a group of panels per thread, one
+            # fill per group, not per panel (ResNet-50's 3x3 512->512 at 7x7, 16 panels: 0.32 ms filled per panel)
             group_len = -(-npan // min(npan, self.threads))
             upan = -(-npan // group_len)
         grouped = group_len > 1 and not inner
@@ -214,10 +203,7 @@ class GemmLowerer(KernelLowerer):
         elif prod.a_src is None:  # A computed: this row block's rows into ap first
             fill = self._computed_rows(prod, bidx, row0, rows, sizes)
             a_at, lda = ("ap", ix.const(0)), K
-        elif tiles:  # kn_amx_tile copies a partial row block (or a K not whole tiles) into ap itself
-            fill = ()
-            a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
-        else:
+        else:  # in place (kn_amx_tile copies a partial row block, or a K not in whole tiles, into ap itself)
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
         panel_len = (amx.padded_k(K) if tiles else K) * self.nr
@@ -367,7 +353,7 @@ class GemmLowerer(KernelLowerer):
         return (*loops, Loop(kz, ix.const(K), ix.const(amx.padded_k(K)), (Loop(jk, ix.const(0), ix.const(self.nr), (
             Let(zero_k, dtype, "imm", (), 0.0), Store("bp", at(ix.var(kz), ix.var(jk)), zero_k))),)))
 
-    def _constant_b(self, prod: Product) -> tuple[int, tuple[int, ...]] | None:
+    def _constant_b(self, prod: Product) -> tuple[int, tuple[int, ...]] | None:  # gemm_product.constant_b
         return constant_b(self.g, self.producers, self.ext, prod)
 
     def _computed_rows(self, prod: Product, bidx: list, row0: ix.Expr, rows: ix.Expr, sizes) -> tuple:
@@ -446,29 +432,6 @@ class GemmLowerer(KernelLowerer):
                 marked.add(u)
                 stack.extend(self.producers[u].inputs if u in self.producers else ())
         return {u for u in marked if u not in self.producers}
-
-
-def constant_b(g: Graph, producers: dict[int, Prim], ext, prod: Product) -> tuple[int, tuple[int, ...]] | None:
-    """(constant kernel input, the order of its dims that reads it as B (K, N)) when B is a
-    constant weight among the kernel's inputs ``ext``: a pixel-rows convolution's weight
-    (Cout, Cin, 1..) as (Cin, .., Cout), a matmul's 2-D weight, plain or transposed. Else None
-    (B is packed per unit)."""
-    if prod.pixel_rows:
-        w = prod.b_value
-        perm = prod.window.weight_perm if prod.window else (*range(1, len(g.types[w].shape)), 0)
-        return (w, perm) if w in ext and w in g.constants else None
-    shape = g.types[prod.b_value].shape
-    if prod.conv or len(shape) != 2:
-        return None
-    found = strided_operand(g, producers, prod.b_value, prod.prim)
-    if isinstance(found, str):
-        return None
-    src, offset, strides = found
-    if src not in ext or src not in g.constants or offset or len(g.types[src].shape) != 2:
-        return None
-    sshape, lay = g.types[src].shape, layout_strides(g.types[src].shape)
-    perm = tuple(next((e for e in range(2) if lay[e] == strides[d] and sshape[e] == shape[d]), -1) for d in range(2))
-    return (src, perm) if sorted(perm) == [0, 1] else None
 
 
 def _stride(e: ix.Expr, i: int) -> int:

@@ -333,3 +333,26 @@ def _permuted(m, c: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
     if any(o is None and m.out_shape[d] != 1 for d, o in enumerate(out)):
         return None
     return tuple(out)
+
+
+def constant_b(g: Graph, producers: dict[int, Prim], ext, prod: Product) -> tuple[int, tuple[int, ...]] | None:
+    """(constant kernel input, the order of its dims that reads it as B (K, N)) when B is a
+    constant weight among the kernel's inputs ``ext``: a pixel-rows convolution's weight
+    (Cout, Cin, 1..) as (Cin, .., Cout), a matmul's 2-D weight, plain or transposed. Else None
+    (B is packed per unit)."""
+    if prod.pixel_rows:
+        w = prod.b_value
+        perm = prod.window.weight_perm if prod.window else (*range(1, len(g.types[w].shape)), 0)
+        return (w, perm) if w in ext and w in g.constants else None
+    shape = g.types[prod.b_value].shape
+    if prod.conv or len(shape) != 2:
+        return None
+    found = strided_operand(g, producers, prod.b_value, prod.prim)
+    if isinstance(found, str):
+        return None
+    src, offset, strides = found
+    if src not in ext or src not in g.constants or offset or len(g.types[src].shape) != 2:
+        return None
+    sshape, lay = g.types[src].shape, layout_strides(g.types[src].shape)
+    perm = tuple(next((e for e in range(2) if lay[e] == strides[d] and sshape[e] == shape[d]), -1) for d in range(2))
+    return (src, perm) if sorted(perm) == [0, 1] else None
