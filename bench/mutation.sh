@@ -32,9 +32,10 @@ declare -A TESTS=(
   [runtime/memory.py]="tests/runtime/test_memory.py tests/runtime/test_memory_edges.py"
   [orchestrate/solver.py]="tests/orchestrate/test_solver.py tests/orchestrate/test_solver_edges.py"
   # code generation (issue 44), vs interpreter
-  [codegen/gemm.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py $CG/test_templates.py $CG/test_codegen_options.py"
+  [codegen/gemm.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py $CG/test_templates.py $CG/test_codegen_options.py $CG/test_amx_kernels.py"
+  [codegen/amx.py]="$CG/test_amx_kernels.py $CG/test_packing.py"
   [codegen/gemm_helpers.py]="$CG/test_gemm_helpers.py"
-  [codegen/gemm_product.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py"
+  [codegen/gemm_product.py]="$CG/test_gemm_kernels.py $CG/test_gemm_edges.py $CG/test_amx_kernels.py"
   [codegen/winograd.py]="tests/codegen/test_winograd_kernels.py tests/codegen/test_templates.py tests/codegen/test_winograd_edges.py"
   [codegen/stencil.py]="tests/codegen/test_stencil_kernels.py tests/codegen/test_stencil_edges.py"
   [codegen/window.py]="tests/codegen/test_window_kernels.py tests/codegen/test_window_edges.py"
@@ -47,7 +48,7 @@ for rule in activations constants einsum elementwise indexing linear norms pool 
 done
 ORDER=(orchestrate/measure.py providers/base.py providers/select.py ir/oracle.py orchestrate/tuning_db.py ir/index.py
        runtime/memory.py orchestrate/solver.py codegen/gemm.py codegen/gemm_helpers.py codegen/gemm_product.py
-       codegen/winograd.py codegen/stencil.py codegen/window.py codegen/lower.py ir/interp.py
+       codegen/winograd.py codegen/stencil.py codegen/window.py codegen/lower.py codegen/amx.py ir/interp.py
        fission/rules/{activations,constants,einsum,elementwise,indexing,linear,norms,pool,positions,quantize,reduce,resize,shape_ops}.py)
 # a module whose share of killed mutants is below this fails the run (exit 1)
 THRESHOLD=${THRESHOLD:-90}
