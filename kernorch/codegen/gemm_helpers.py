@@ -24,6 +24,33 @@ typedef float kn_vec __attribute__((vector_size(4 * KN_VW), aligned(4), may_alia
 #define KN_LOAD(p) (*(const kn_vec *)(p))
 #define KN_STORE(p, v) (*(kn_vec *)(p) = (v))
 #define KN_ACCS 12
+/* c + a * b rounded once. Written as the ISA's FMA builtin, not as a*b + c left to contraction: gcc's Zen
+   tunings (avoid_fma_chains) turn a contracted multiply-add on one accumulator's chain into a multiply and
+   an add, which rounds twice (the reference interpreter and the other tunings round once). */
+#if defined(__FMA__) && defined(__AVX512F__)
+#define KN_FMA(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (unsigned short)-1, 4)
+#elif defined(__FMA__) && KN_VW == 8
+#define KN_FMA(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#else
+#define KN_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+#if defined(__FMA__)
+#define KN_FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define KN_FMAF(a, b, c) ((a) * (b) + (c))
+#endif
+/* Keeps a loaded vector in a register: gcc's tunings would fold its load into each FMA that reads it (the
+   load repeated per use, e.g. one weight vector read twice for two pixels in kn_dots_2_1). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KN_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define KN_KEEP(v) ((void)0)
+#endif
+#if defined(__AVX512F__)
+#define KN_VREGS 32
+#else
+#define KN_VREGS 16
+#endif
 %(tiles)s
 /* acc[j*N + n] (16 lanes) and tail[j*N + n] += the products of x[j*xs : j*xs + len] and w[n*ldw : n*ldw + len],
    j < P pixels, n < N channels: the dot products of kn_dot_rows and kn_window_dots, vectorized along k.
@@ -31,7 +58,7 @@ typedef float kn_vec __attribute__((vector_size(4 * KN_VW), aligned(4), may_alia
    live in registers; P = 2 or 4 pixels share every weight load and give the FMAs independent chains. */
 %(dots)s
 /* kn_dots_P_N for P = 4 pixels up to KN_DOTS4_N channels, P = 2 up to KN_DOTS2_N: more spill (gcc's Zen
-   tunings spill 4 x 4 accumulators on 32 registers, 4 x 2 on 16) */
+   tunings spill 4 x 4 accumulators on 32 registers, 2 x 4 on 16 with the vectors kept in registers) */
 #if defined(__AVX512F__)
 #define KN_DOTS4_N %(d4)d
 #define KN_DOTS2_N %(d2)d
@@ -155,39 +182,45 @@ def _tile(name: str, mr: int, nr: int, offsets: bool) -> str:
     also prefetch the panel ``pf`` floats past bp (the next panel of a weight streamed from
     memory) while this tile's multiply-adds run, so loading it overlaps computing this one.
 
-    A row of the tile is ``nr / KN_VW`` vectors; the rows are summed in passes of KN_ACCS
-    accumulators (``{NAME}_PASS_ROWS`` rows: all ``mr`` with AVX-512, fewer with narrower vectors),
-    each pass a copy of ``{name}_rows`` specialized for its row count (a switch), so the
-    accumulators of a partial tile stay in registers too; the panel, hot in L1, is read once a pass."""
-    nv, rows = f"({nr} / KN_VW)", f"{name.upper()}_PASS_ROWS"
+    A row of the tile is ``nr / KN_VW`` vectors; a pass sums KN_ACCS accumulators: at most two
+    vectors of columns (``{NAME}_PASS_VECS``) on ``{NAME}_PASS_ROWS`` rows, each pass a copy of
+    ``{name}_rows`` specialized for its row count (a switch), so the accumulators of a partial tile
+    stay in registers too. Two vectors a row keep the pass in 16 registers (12 accumulators, 2 of B,
+    1 broadcast of A: the 6x16 tile of AVX2 BLAS kernels); 3 rows x 4 vectors would need 17, and
+    gcc's znver3 tuning then folds every B load into its FMA (15 loads for 12 FMAs a k step, 1.2-1.7x
+    slower on Zen 3). With AVX-512 a pass is the whole tile width, as before."""
+    nv, rows, vecs = f"({nr} / KN_VW)", f"{name.upper()}_PASS_ROWS", f"{name.upper()}_PASS_VECS"
     args = ("int64_t K, const float *restrict a, int64_t lda, " + ("const int32_t *restrict wo, " if offsets else "")
             + "const float *restrict bp, float *restrict tile, int64_t pf")
     at = "a[r * lda + wo[k]]" if offsets else "a[r * lda + k]"
     unroll = f"#pragma GCC unroll {max(mr, 32)}"
     rows_fn = "\n".join([
         _contracting(f"static inline __attribute__((always_inline)) void {name}_rows(const int R, {args}) {{"),
-        f"  kn_vec acc[{rows}][{nv}];",
+        f"  kn_vec acc[{rows}][{vecs}];",
         unroll, f"  for (int r = 0; r < R; r++)", unroll,
-        f"    for (int v = 0; v < {nv}; v++) acc[r][v] = (kn_vec){{0}};",
+        f"    for (int v = 0; v < {vecs}; v++) acc[r][v] = (kn_vec){{0}};",
         "  for (int64_t k = 0; k < K; k++) {",
         f"    if (pf) for (int v = 0; v < {nr}; v += 16) __builtin_prefetch(bp + pf + k * {nr} + v, 0, 2);",
-        f"    kn_vec b[{nv}];", unroll,
-        f"    for (int v = 0; v < {nv}; v++) b[v] = KN_LOAD(bp + k * {nr} + v * KN_VW);", unroll,
+        f"    kn_vec b[{vecs}];", unroll,
+        f"    for (int v = 0; v < {vecs}; v++) b[v] = KN_LOAD(bp + k * {nr} + v * KN_VW);", unroll,
         "    for (int r = 0; r < R; r++) {",
         f"      const float x = {at};", unroll,
-        f"      for (int v = 0; v < {nv}; v++) acc[r][v] += x * b[v];",
+        f"      for (int v = 0; v < {vecs}; v++) acc[r][v] += x * b[v];",
         "    }",
         "  }", unroll,
         "  for (int r = 0; r < R; r++)", unroll,
-        f"    for (int v = 0; v < {nv}; v++) KN_STORE(tile + r * {nr} + v * KN_VW, acc[r][v]);",
+        f"    for (int v = 0; v < {vecs}; v++) KN_STORE(tile + r * {nr} + v * KN_VW, acc[r][v]);",
         "}"])
-    call = "K, a + r0 * lda, lda, " + ("wo, " if offsets else "") + f"bp, tile + r0 * {nr}, r0 ? 0 : pf"
+    call = ("K, a + r0 * lda, lda, " + ("wo, " if offsets else "")
+            + f"bp + c0, tile + r0 * {nr} + c0, r0 || c0 ? 0 : pf")
     cases = "\n".join(f"#if {c} <= {rows}\n      case {c}: {name}_rows({c}, {call}); break;\n#endif"
                        for c in range(1, mr + 1))
     return "\n".join([
-        f"#define {rows} (KN_ACCS / {nv} < {mr} ? KN_ACCS / {nv} : {mr})",
+        f"#define {vecs} ({nv} < 2 ? {nv} : 2)",
+        f"#define {rows} (KN_ACCS / {vecs} < {mr} ? KN_ACCS / {vecs} : {mr})",
         rows_fn,
         _contracting(f"static void {name}(int64_t mr, {args}) {{"),
+        f"  for (int64_t c0 = 0; c0 < {nr}; c0 += {vecs} * KN_VW)",
         f"  for (int64_t r0 = 0; r0 < mr; r0 += {rows})",
         f"    switch (mr - r0 < {rows} ? mr - r0 : {rows}) {{", cases, "    }",
         "}"])
@@ -209,12 +242,18 @@ def _dots(P: int, N: int) -> str:
              "  " + " ".join(f"kn_vec a{j}_{n} = acc[{j * N + n}];" for j, n in pairs),
              "  int64_t k = 0;",
              "  for (; k + KN_VW <= len; k += KN_VW) {",
-             "    " + " ".join(f"const kn_vec x{j} = KN_LOAD(x + {j} * xs + k);" for j in range(P)),
-             "    " + " ".join(f"const kn_vec w{n} = KN_LOAD(w + {n} * ldw + k);" for n in range(N)),
-             "    " + " ".join(f"a{j}_{n} += x{j} * w{n};" for j, n in pairs),
+             "    " + " ".join(f"kn_vec x{j} = KN_LOAD(x + {j} * xs + k);" for j in range(P)),
+             "    " + " ".join(f"kn_vec w{n} = KN_LOAD(w + {n} * ldw + k);" for n in range(N)),
+             "    " + " ".join(f"KN_KEEP(x{j});" for j in range(P) if N > 1),
+             # the weights too where registers remain (two for gcc's temporaries)
+             f"#if {P * N + P + N} <= KN_VREGS - 2" if P > 1 else "#if 0",
+             "    " + " ".join(f"KN_KEEP(w{n});" for n in range(N)),
+             "#endif",
+             "    " + " ".join(f"a{j}_{n} = KN_FMA(x{j}, w{n}, a{j}_{n});" for j, n in pairs),
              "  }",
              "  for (; k < len; k++) {",
-             "    " + " ".join(f"tail[{j * N + n}] += x[{j} * xs + k] * w[{n} * ldw + k];" for j, n in pairs),
+             "    " + " ".join(f"tail[{j * N + n}] = KN_FMAF(x[{j} * xs + k], w[{n} * ldw + k], tail[{j * N + n}]);"
+                          for j, n in pairs),
              "  }",
              "  " + " ".join(f"acc[{j * N + n}] = a{j}_{n};" for j, n in pairs),
              "}"]
@@ -225,7 +264,7 @@ _ND = MIN_WINDOW_COLUMNS - 1
 _PIXELS = (1, 2, 4)  # kn_dots[i]: _PIXELS[i] pixels at a time
 # (KN_DOTS4_N, KN_DOTS2_N): four and two pixels at a time up to these many channels, with 32 vector
 # registers (AVX-512) and with 16; fewer channels than _ND otherwise run one pixel at a time.
-DOTS_CHANNELS = {"avx512": (3, _ND), "narrow": (1, 5)}
+DOTS_CHANNELS = {"avx512": (3, _ND), "narrow": (1, 3)}
 _DOTS4_N = max(four for four, _ in DOTS_CHANNELS.values())
 
 

@@ -10,6 +10,7 @@ _LABEL = re.compile(r"^([A-Za-z_][\w.]*):")
 _LOCAL = re.compile(r"^(\.L\w+):$")
 _JUMP = re.compile(r"^j\w+\s+(\.L\w+)$")
 _STACK = re.compile(r"\((%rsp|%rbp)\)")
+_MEMORY = re.compile(r"-?\w*\(%\w+(?:,%\w+)?(?:,\d)?\)")
 
 
 @dataclass
@@ -34,6 +35,21 @@ class Loop:
     def vector_stack_traffic(self) -> list[str]:
         """Vector registers stored to or loaded from the stack: spills and reloads."""
         return [ins for ins in self.body if _STACK.search(ins) and re.search(r"%[xyz]mm", ins)]
+
+    def repeated_reads(self) -> list[str]:
+        """Memory operands read more than once in one pass of the loop (a source operand, not the
+        destination, which AT&T syntax puts last): a value loaded again instead of kept in a register,
+        e.g. a B vector folded into each of its FMAs when the tile needs more registers than the ISA has."""
+        seen: set[str] = set()
+        repeated: set[str] = set()
+        for ins in self.body:
+            if not ins.rstrip().endswith(")"):
+                for op in _MEMORY.findall(ins):
+                    (repeated if op in seen else seen).add(op)
+            written = re.search(r",\s*%(r\w+|e\w+)$", ins)  # a general register set: its addresses change
+            if written:
+                seen = {op for op in seen if f"%{written.group(1)}" not in op}
+        return sorted(repeated)
 
     def narrow_moves(self, width: str) -> list[str]:
         """Vector moves and inserts narrower than ``width``: a full vector loaded or stored in halves

@@ -90,6 +90,10 @@ def _check(target: str, width: str, loops: list[Loop], accumulators: int, what: 
                                               f"{lp.vector_stack_traffic()[:3]}"
         assert not lp.narrow_moves(width), f"{target}: {what} moves {width}mm vectors in halves: " \
                                            f"{lp.narrow_moves(width)[:3]}"
+        # the main loop only: gcc's Zen tunings fold B's loads into the FMAs of a partial pass (fewer rows,
+        # registers to spare) too, a tail that runs for a tile's last rows
+        assert lp.packed_products(width) < most or not lp.repeated_reads(), \
+            f"{target}: {what} reloads values it should keep in registers: {lp.repeated_reads()[:3]}"
 
 
 @pytest.mark.parametrize("tile", ["kn_gemm_tile", "kn_gemm_tile16", "kn_gemm_tile_at"])
@@ -127,6 +131,19 @@ def test_the_checks_catch_a_split_memcpy_load():
     loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "z")
     with pytest.raises(AssertionError, match="spills|halves|main loop"):
         _check("rocketlake", "z", loops, 12, "kn_gemm_tile")
+
+
+def test_the_checks_catch_a_tile_wider_than_the_registers():
+    """The checks fail on the tile that was slow on Zen 3: passes of 3 rows x 4 AVX2 vectors need 17
+    registers, and gcc's znver3 tuning folded each B load into its FMAs (read 3 times a k step)."""
+    wide = gemm_helpers.HELPERS.replace("#define KN_GEMM_TILE_PASS_VECS ((32 / KN_VW) < 2 ? (32 / KN_VW) : 2)",
+                                        "#define KN_GEMM_TILE_PASS_VECS (32 / KN_VW)")
+    assert wide != gemm_helpers.HELPERS
+    asm = subprocess.run(["gcc", *_flags("znver3"), "-S", "-x", "c", "-", "-o", "-"],
+                         input="#include <stdint.h>\n" + wide + PROBES, capture_output=True, text=True, check=True).stdout
+    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "y")
+    with pytest.raises(AssertionError, match="reloads|spills"):
+        _check("znver3", "y", loops, 12, "kn_gemm_tile")
 
 
 def _requantized_add(dtype: str):
