@@ -10,6 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 import kernorch
+from kernorch.codegen import isa
 from tests.frontend.qdq_nets import NETS, feeds, qdq_model
 
 
@@ -46,4 +47,8 @@ def test_qdq_model_matches_onnxruntime(name, strategy, tmp_path):
         steps = np.abs(got - want) / step
         assert steps.max() <= 1.0 and np.mean(steps > 0.5) <= 0.01, (steps.max(), np.mean(steps > 0.5))
         (fast,) = integer.run(None, f)
-        assert np.abs(got - fast).max() <= 4 * step
+        if isa.host().int8 or np.abs(want - fast).max() <= 4 * step:
+            assert np.abs(got - fast).max() <= 4 * step
+        # else: onnxruntime's u8s8 kernels without VNNI (AVX2's vpmaddubsw) saturate pairs of products in
+        # int16; its optimized run then departs from its own QDQ reference (14-19 steps on Zen 3) and is
+        # no oracle for the integer arithmetic; `want` above still is

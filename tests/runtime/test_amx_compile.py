@@ -5,10 +5,11 @@ built with AMX offered anyway: the tiles' float fallback runs it (slowly), so th
 checked on every machine."""
 
 import numpy as np
+import pytest
 import torch
 
 import kernorch
-from kernorch.codegen import amx
+from kernorch.codegen import amx, isa
 from kernorch.ir import oracle
 
 
@@ -27,6 +28,8 @@ class _Net(torch.nn.Module):
         return self.fc(y.mean(dim=(2, 3)))
 
 
+@pytest.mark.skipif(not isa.host().bf16, reason="precision='bf16' is refused on a CPU without bf16 arithmetic; "
+                                             "the tiles' float fallback is tested in test_amx_kernels.py")
 def test_bf16_plan_of_own_kernels_runs_products_on_tiles(tmp_path, monkeypatch):
     import onnxruntime as ort
 
