@@ -33,7 +33,7 @@ from kernorch.options import CodegenOptions
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
-# c26: with AVX2 a GEMM tile pass is at most two vectors wide (6x16: 15 of the 16 registers); the dot products
+# c26: with AVX2 a GEMM tile pass is at most two vectors wide (6x16: 15 of the 16 registers); the dot products'
 # multiply-adds are FMA builtins, their reused vectors kept in registers (gemm_helpers.py);
 # c25: AMX tiles take products of two activations (B packed in bf16 pairs per work unit); the tile
 # configuration is loaded through its whole 64 bytes; c24: kernels on bf16 values use 512-bit vectors (KN_BYTES); a bf16-exact value is not rounded again and is
