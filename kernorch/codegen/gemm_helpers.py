@@ -251,8 +251,8 @@ def _dots(P: int, N: int) -> str:
              "    " + " ".join(f"a{j}_{n} = KN_FMA(x{j}, w{n}, a{j}_{n});" for j, n in pairs),
              "  }",
              "  for (; k < len; k++) {",
-             "    " + " ".join(f"tail[{j * N + n}] = KN_FMAF(x[{j} * xs + k], w[{n} * ldw + k], tail[{j * N + n}]);"
-                          for j, n in pairs),
+             "    " + " ".join(f"tail[{i}] = KN_FMAF(x[{j} * xs + k], w[{n} * ldw + k], tail[{i}]);"
+                          for i, (j, n) in enumerate(pairs)),
              "  }",
              "  " + " ".join(f"acc[{j * N + n}] = a{j}_{n};" for j, n in pairs),
              "}"]

@@ -139,8 +139,8 @@ def test_the_checks_catch_a_tile_wider_than_the_registers():
     wide = gemm_helpers.HELPERS.replace("#define KN_GEMM_TILE_PASS_VECS ((32 / KN_VW) < 2 ? (32 / KN_VW) : 2)",
                                         "#define KN_GEMM_TILE_PASS_VECS (32 / KN_VW)")
     assert wide != gemm_helpers.HELPERS
-    asm = subprocess.run(["gcc", *_flags("znver3"), "-S", "-x", "c", "-", "-o", "-"],
-                         input="#include <stdint.h>\n" + wide + PROBES, capture_output=True, text=True, check=True).stdout
+    asm = subprocess.run(["gcc", *_flags("znver3"), "-S", "-x", "c", "-", "-o", "-"], input="#include <stdint.h>\n"
+                         + wide + PROBES, capture_output=True, text=True, check=True).stdout
     loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "y")
     with pytest.raises(AssertionError, match="reloads|spills"):
         _check("znver3", "y", loops, 12, "kn_gemm_tile")

@@ -306,7 +306,8 @@ def test_provider_compiler_and_cpu_changes_miss_the_cache(tmp_path, monkeypatch,
         from kernorch.codegen import isa
 
         avx2 = isa.from_flags({"avx2", "fma", "sse4_2"})
-        other = avx2 if isa.host() != avx2 else isa.from_flags({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"})
+        avx512 = isa.from_flags({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"})
+        other = avx2 if isa.host() != avx2 else avx512
         monkeypatch.setattr(isa, "host", lambda: other)
     elif part == "cflags":
         monkeypatch.setenv("KERNORCH_CFLAGS", "-mtune=generic")

@@ -1,8 +1,8 @@
 """precision="bf16" with kernorch's own kernels only: the products run on generated AMX tiles
 (codegen/amx.py), checked against onnxruntime in float32 at bf16's tolerance, with the accuracy
-report, strict (no kernel fell back), saved and loaded. Where the CPU has no AMX the same plan is
-built with AMX offered anyway: the tiles' float fallback runs it (slowly), so the pipeline is
-checked on every machine."""
+report, strict (no kernel fell back), saved and loaded. Where the CPU has bf16 but no AMX (AVX512-BF16)
+the same plan is built with AMX offered anyway: the tiles' float fallback runs it (slowly). A CPU
+without bf16 arithmetic refuses precision="bf16", so the test is skipped there."""
 
 import numpy as np
 import pytest
