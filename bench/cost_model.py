@@ -1,7 +1,7 @@
 """How well a learned cost model ranks kernels of models it never saw (issue 47), from the prices
 earlier compiles left in tuning databases; nothing is timed.
 
-    python -m bench.cost_model --db A.sqlite [--db B.sqlite ...] [--models resnet50,bert_base,...]
+    python -m bench.cost_model --db A.sqlite [--db B.sqlite ...] [--models resnet50,bert_base,...] [--backfill]
 
 For each model, a compile with modelled costs (cost="model", regions off: kernorch's own plan) lists
 every candidate kernel the orchestrator prices, with its database key and its features
@@ -76,6 +76,15 @@ def measured_prices(dbs: list[str], threads: int) -> dict[tuple[str, str], tuple
     return {k: v[:2] for k, v in out.items()}
 
 
+def backfill(dbs: list[str], feats: dict[str, tuple[float, ...]]) -> None:
+    from kernorch.orchestrate.features import FEATURES_VERSION
+    from kernorch.orchestrate.tuning_db import TuningDB
+
+    for path in dbs:
+        with TuningDB(path) as db:
+            db.put_features(FEATURES_VERSION, feats.items())
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
@@ -116,6 +125,9 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--small", action="store_true", help="the bench's small sizes")
+    ap.add_argument("--backfill", action="store_true",
+                    help="also store the models' kernel features in every --db (databases written before compiles "
+                         "stored them), so a compile on them can train the learned cost model")
     args = ap.parse_args(argv)
     prices = measured_prices(args.db, args.threads)
     by_key = collections.defaultdict(list)
@@ -124,6 +136,8 @@ def main(argv=None) -> int:
     data: dict[str, list[tuple]] = {}
     for name in [m for m in args.models.split(",") if m]:
         feats = model_kernels(name, args.threads, args.small)
+        if args.backfill:
+            backfill(args.db, feats)
         data[name] = [(feats[k], p, s, r) for k in feats for p, s, r in by_key.get(k, ())]
         print(f"{name}: {len(feats)} candidates priced by the orchestrator, {len(data[name])} measured prices found",
               flush=True)

@@ -153,6 +153,7 @@ def cmd_db_transfer(args) -> int:
             else:
                 with TuningDB(path) as other:
                     c = merge_rows(db, list(other.rows()))
+                    db.put_feature_rows(other.feature_rows())  # what the learned cost model trains on
             print(f"{path}: {c.added} records added, {c.replaced} replaced by better ones, {c.kept} kept")
         print(f"{db.path}: {db.count()} records")
     return 0

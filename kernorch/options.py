@@ -56,6 +56,8 @@ DEFAULT_PROVIDERS: tuple[str, ...] = ("ort", "openvino", "torch", "torch_onednn"
 TUNING_BUDGET = 6000
 # precision= : what the compiled model may compute in, and the providers that adds (besides DEFAULT_PROVIDERS)
 PRECISIONS: dict[str, tuple[str, ...]] = {"f32": (), "bf16": ("openvino_bf16",), "int8": ()}
+# tuning= : "learned" times the candidates the learned cost model says can win; "full" times all of them
+TUNINGS = ("learned", "full")
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y"), ("0", "false", "no", "off", "n", "")
 
 
@@ -175,6 +177,7 @@ class Options:
     providers: Sequence[str] | None = DEFAULT_PROVIDERS
     regions: bool = True
     tuning_budget: int | None = TUNING_BUDGET
+    tuning: str = "learned"  # "learned" | "full" (TUNINGS): which candidates a measured compile times
     require_quiet: bool = False
     cluster: Any = None
     strict: bool = False  # raise when a generated kernel failed (report.fallbacks) or no provider ran one

@@ -24,6 +24,9 @@ TRANSCENDENTAL = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.ERF, Op.SIGMOID, Op.SOFT
 DIVIDING = frozenset({Op.DIV, Op.RECIP, Op.SQRT, Op.MOD})
 NARROW = frozenset({"bfloat16", "float16", "int8", "uint8"})
 
+# Stored with each kernel's features in the tuning database: a change to what is computed here
+# bumps it, and features of the old version are no longer trained on.
+FEATURES_VERSION = "f1"
 FEATURE_NAMES: tuple[str, ...] = (
     "log_bytes_in", "log_bytes_out", "log_flops", "log_out_elems", "log_max_elems",
     "prims", "elementwise", "reduce", "broadcast", "layout", "linear", "opaque",

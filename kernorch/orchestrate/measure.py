@@ -21,6 +21,7 @@ from kernorch.errors import KernorchError
 from kernorch.ir import oracle
 from kernorch.ir.graph import Graph
 from kernorch.orchestrate.candidate import Candidate
+from kernorch.orchestrate.features import FEATURES_VERSION, kernel_features
 from kernorch.orchestrate import trust
 from kernorch.orchestrate.machine import target_name
 from kernorch.orchestrate.measure_stats import MeasureStats
@@ -245,6 +246,9 @@ class MeasuredCost(PricedCandidates):
         if not todo:
             return
         items = list(todo.items())
+        self.db.put_features(FEATURES_VERSION, [
+            (k, kernel_features(self.g, c.nodes, ordered_outputs(self._pos, c), self.threads))
+            for k, c in items if not k.startswith(REGION_PREFIX)])
         results = self.measure_items(items) if self.cluster is None else self.cluster.measure(self, items)
         for k, recs in results:
             self._store(k, recs)

@@ -9,10 +9,11 @@ run killed midway loses at most the kernel in flight and the file stays readable
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -30,6 +31,12 @@ CREATE TABLE IF NOT EXISTS costs (
     detail TEXT NOT NULL DEFAULT '',
     created REAL NOT NULL,
     PRIMARY KEY (key, target, version, provider)
+);
+CREATE TABLE IF NOT EXISTS features (
+    key TEXT NOT NULL,       -- a kernel key, as in costs
+    version TEXT NOT NULL,   -- orchestrate/features.py FEATURES_VERSION
+    vals TEXT NOT NULL,      -- JSON list of floats, FEATURE_NAMES in order
+    PRIMARY KEY (key, version)
 );
 """
 # Evidence columns, added to databases written before they existed (those rows read as NULL:
@@ -157,6 +164,34 @@ class TuningDB:
         except sqlite3.Error as e:
             raise TuningDBError(f"tuning database {self.path}: {_why(e)}") from None
         self.distrusted.discard(key)
+
+    def put_features(self, version: str, items: Iterable[tuple[str, Sequence[float]]]) -> None:
+        """Store what the learned cost model sees of each kernel key (orchestrate/features.py), in one
+        transaction: a later compile on this machine trains on every price that has them."""
+        self.put_feature_rows([(k, version, json.dumps([round(float(x), 6) for x in v])) for k, v in items])
+
+    def feature_rows(self) -> list[tuple[str, str, str]]:
+        """Every stored (key, features version, features as JSON): ``put_feature_rows`` of another
+        database copies them (``kernorch db merge``)."""
+        return self._query("SELECT key, version, vals FROM features")
+
+    def put_feature_rows(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        try:
+            with self._conn:
+                self._conn.executemany("INSERT OR REPLACE INTO features (key, version, vals) VALUES (?, ?, ?)", rows)
+        except sqlite3.Error as e:
+            raise TuningDBError(f"tuning database {self.path}: {_why(e)}") from None
+
+    def priced_features(self, target: str, version: str, features_version: str
+                        ) -> list[tuple[str, list[float], str, float]]:
+        """(key, features, provider, seconds) of every settled price stored for ``target`` by
+        code-generator ``version`` whose kernel has features: the learned cost model's training rows."""
+        rows = self._query(
+            "SELECT c.key, f.vals, c.provider, c.seconds FROM costs c JOIN features f ON f.key = c.key "
+            "WHERE c.target=? AND c.version=? AND f.version=? AND c.status='ok' AND c.seconds > 0 "
+            f"AND c.flags NOT LIKE '%{UNSETTLED}%' AND c.flags NOT LIKE '%{FAR_ABOVE_ROOFLINE}%'",
+            (target, version, features_version))
+        return [(k, json.loads(v), p, s) for k, v, p, s in rows if k not in self.distrusted]
 
     def distrust(self, keys: Iterable[str]) -> None:
         self.distrusted.update(keys)

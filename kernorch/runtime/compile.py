@@ -21,7 +21,8 @@ from kernorch.orchestrate.from_graph import chained_prims, dag_from_graph
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.machine import cpu_model
 from kernorch.orchestrate.measure import MeasuredCost, ordered_outputs
-from kernorch.options import DEFAULT_CODEGEN, DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, CodegenOptions, Env, Options
+from kernorch.options import (DEFAULT_CODEGEN, DEFAULT_PROVIDERS, PRECISIONS, TUNING_BUDGET, TUNINGS, CodegenOptions,
+                              Env, Options)
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.solver import SolverError
 from kernorch.orchestrate.plan import build_plan as build_orchestrated_plan
@@ -57,7 +58,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool | None = None, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
-            tuning_budget: int | None = TUNING_BUDGET, require_quiet: bool = False,
+            tuning_budget: int | None = TUNING_BUDGET, tuning: str = "learned", require_quiet: bool = False,
             cluster: Any = None, strict: bool = False, precision: str = "f32",
             accuracy_budget: float | None = None, calibration: Any = None, calibration_method: str = "minmax",
             codegen: CodegenOptions = DEFAULT_CODEGEN, options: Options | None = None) -> CompiledModel:
@@ -147,6 +148,8 @@ def _check_options(opts: Options) -> None:
         raise KernorchError(f"unknown strategy {opts.strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if opts.cost not in COSTS:
         raise KernorchError(f"unknown cost {opts.cost!r}; choose one of {', '.join(COSTS)}")
+    if opts.tuning not in TUNINGS:
+        raise KernorchError(f"unknown tuning {opts.tuning!r}; choose one of {', '.join(TUNINGS)}")
     if opts.cluster is not None and opts.cost != "measured":
         raise KernorchError("cluster= distributes measurements: it needs cost='measured'")
     if opts.precision not in PRECISIONS:
@@ -174,6 +177,8 @@ def _knobs(opts: Options, target: targets.Target, g: Graph | None = None) -> Kno
             knobs = dataclasses.replace(knobs, groups=knobs.groups + chained_prims(g))
     if not opts.regions:
         knobs = dataclasses.replace(knobs, regions=False)
+    if opts.tuning != knobs.tuning:
+        knobs = dataclasses.replace(knobs, tuning=opts.tuning)
     if opts.cost == "measured" and knobs.max_candidates is None and opts.tuning_budget is not None:
         knobs = dataclasses.replace(knobs, max_candidates=opts.tuning_budget)
     return knobs

@@ -7,6 +7,7 @@ import dataclasses
 
 from kernorch.errors import KernorchError
 from kernorch.orchestrate.candidate import Candidate
+from kernorch.orchestrate import learned_pricing
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.orchestrate.plan import Plan
 from kernorch.orchestrate.recheck import recheck
@@ -15,6 +16,7 @@ from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.report import CompileReport, record_measurements
 
 ESTIMATED_ROUNDS = 8  # measuring rounds whose plans may hold unmeasured kernels (plan_kernels)
+LEARNED_ROUNDS = 24  # rounds of solving and measuring the picked kernels under the learned cost model
 
 
 def no_plan_error(e: Exception, measured) -> KernorchError:
@@ -65,6 +67,11 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
     handed = {n for k in first.regions for n in first.kernels[k].nodes}
     todo = [c for c in seen if not c.nodes <= handed]
     rep.candidates = len(todo)
+    if knobs.tuning == "learned" and strategy == "optimal":
+        learned, rep.learned = learned_pricing.train(measured)
+        if learned is not None:
+            return _plan_learned(dag, strategy, measured, key_fn, knobs, rep, progress, where, region_cost,
+                                 learned, seen)
     with _progress_bar(progress and bool(todo), f"tuning candidate kernels{where}") as update:
         measured.progress = update
         measured.prefetch(todo)
@@ -122,6 +129,39 @@ def plan_kernels(dag, strategy: str, cost: str, rough, measured, key_fn, knobs: 
             raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
     finally:
         measured.fallback = None
+    return record_measurements(plan, measured, rep)
+
+
+def _plan_learned(dag, strategy: str, measured, key_fn, knobs: Knobs, rep: CompileReport, progress: bool,
+                  where: str, region_cost, learned, seen: list[Candidate]) -> Plan:
+    """plan_kernels with the learned cost model (learned_pricing.py): the candidates the database
+    does not price stand at the model's optimistic price; each round solves, measures the plan's
+    kernels that were only predicted, and solves again, until the plan holds measured kernels
+    only (then every remaining candidate, even priced optimistically, loses). After
+    LEARNED_ROUNDS - 1 rounds the candidates still predicted are measured, as a full tuning would."""
+    unknown = measured._unknown(seen, measured.version)  # those stored by earlier compiles are recalled
+    learned.predict_many(list(unknown.values()))
+    measured.fallback = learned
+    rechecked: set[str] = set()
+    try:
+        for round_ in range(LEARNED_ROUNDS):
+            plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
+            regions = set(plan.regions)
+            missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
+            if not missing:
+                if knobs.recheck and recheck(dag, plan, measured, rechecked):
+                    continue
+                break
+            more = missing if round_ < LEARNED_ROUNDS - 2 else seen  # the last round: a full tuning
+            with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
+                measured.progress = update
+                measured.prefetch(more)
+            measured.progress = None
+        else:
+            raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
+    finally:
+        measured.fallback = None
+    rep.predicted = sum(not measured.has(c) for c in {key_fn(c): c for c in seen}.values())
     return record_measurements(plan, measured, rep)
 
 

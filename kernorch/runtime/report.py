@@ -25,6 +25,8 @@ class CompileReport:
     exporter: str | None = None  # a PyTorch module's ONNX exporter: "torchscript" or "dynamo"
     rewrites: dict[str, int] = field(default_factory=dict)
     candidates: int = 0
+    learned: str = ""  # measured compiles: the learned cost model's standing, or why every candidate was timed
+    predicted: int = 0  # candidates the learned cost model priced and nothing timed (tuning="learned")
     measured: int = 0
     cached: int = 0
     failed: int = 0

@@ -74,8 +74,11 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
             how = "the plan of an earlier compile of this model, kept in the tuning database (nothing measured)"
         else:
             how = (f"{r.measured} kernel timings, {r.cached} reused from the tuning database"
+                   + (f", {r.predicted} of {r.candidates} candidates only predicted" if r.predicted else "")
                    + (f", {r.failed} candidates rejected (failed to build or verify)" if r.failed else ""))
         lines.append(f"tuning    {tune:.1f} s, strategy {r.strategy}: {how}")
+        if r.cost == "measured" and getattr(r, "learned", ""):
+            lines.append(f"          {r.learned}")
         note = r.timing_note() if hasattr(r, "timing_note") else ""
         if note:
             lines.append(f"          {note}")
