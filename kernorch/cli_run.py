@@ -43,6 +43,9 @@ def add_commands(sub, add_model_args) -> None:
                         "own kernels only; default ort,openvino,torch,torch_onednn)")
     q.add_argument("--no-regions", action="store_true",
                    help="never hand whole runs of segments to OpenVINO/onnxruntime (provider regions)")
+    q.add_argument("--tuning", choices=("full", "learned"), default="full",
+                   help="full: time every candidate kernel (default); learned: time only those the learned cost "
+                        "model, trained on this machine's tuning database, says can win (docs/TUNING.md)")
     q.add_argument("--strict", action="store_true",
                    help="fail when a generated kernel fails to build or to match the reference interpreter "
                         "(without it, another kernel stands in and the summary's 'fallback' line names it)")
@@ -160,7 +163,7 @@ def _compile(args, shapes, out: Path) -> int:
     t0 = t_start = time.perf_counter()
     model = kernorch.compile(args.model, target=args.target, strategy=args.strategy, cost=args.cost, db=args.db,
                              input_shapes=shapes, threads=args.threads, progress=not args.quiet,
-                             regions=not args.no_regions, require_quiet=args.require_quiet,
+                             regions=not args.no_regions, tuning=args.tuning, require_quiet=args.require_quiet,
                              cluster=None if args.ray is None else f"ray:{args.ray}", strict=args.strict,
                              precision=args.precision, accuracy_budget=args.accuracy_budget,
                              calibration=[_load_npz(p) for p in args.calibration] or None,

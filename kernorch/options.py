@@ -177,7 +177,7 @@ class Options:
     providers: Sequence[str] | None = DEFAULT_PROVIDERS
     regions: bool = True
     tuning_budget: int | None = TUNING_BUDGET
-    tuning: str = "learned"  # "learned" | "full" (TUNINGS): which candidates a measured compile times
+    tuning: str = "full"  # "learned" | "full" (TUNINGS): which candidates a measured compile times
     require_quiet: bool = False
     cluster: Any = None
     strict: bool = False  # raise when a generated kernel failed (report.fallbacks) or no provider ran one

@@ -77,7 +77,7 @@ class Knobs:
     """Measured compiles of plans of own kernels: build the plan, time its kernels inside real
     calls, price them at that and solve again, this many plans at most; the fastest is kept
     (runtime/in_context.py). 0: keep the plan priced on kernels timed alone."""
-    tuning: str = "learned"
+    tuning: str = "full"
     """Measured compiles: 'learned' times only the candidates that can win by the learned cost model's
     optimistic price (orchestrate/learned_pricing.py; every candidate while the tuning database holds too
     few prices with features on this machine); 'full' times every candidate."""

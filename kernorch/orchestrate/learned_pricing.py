@@ -25,6 +25,7 @@ from kernorch.orchestrate.features import FEATURES_VERSION, kernel_features
 MIN_ROWS = 300  # prices with features needed before the model is trusted to skip any timing
 HELD_OUT = 0.2  # share of the kernels kept out of the first fit to measure the model's error
 OPTIMISM_QUANTILE = 0.2  # unmeasured candidates are priced at this quantile of measured / predicted
+CALIBRATION_MIN = 20  # measured kernels of the model being compiled needed to draw the optimism from them
 
 
 @dataclass
@@ -37,7 +38,8 @@ class LearnedPrices:
     error: float  # median |predicted - measured| / measured on held-out kernels
     rho: float  # Spearman rank correlation of predicted and measured on held-out kernels
     optimism: float  # the factor on predictions (<= 1)
-    _memo: dict[str, float | None] = field(default_factory=dict)
+    calibrated: int = 0  # this model's measured kernels the optimism was last drawn from (0: held-out rows)
+    _memo: dict[str, float | None] = field(default_factory=dict)  # key -> predicted seconds in the model
 
     def predict_many(self, cands: list[Candidate]) -> None:
         """Predict every candidate of ``cands`` not predicted yet, in one call of the model."""
@@ -55,10 +57,22 @@ class LearnedPrices:
             return
         seconds = self.model.predict(np.array([r[0] for r in rows]), [r[1] for r in rows])
         for key, (_, provider), s in zip(owners, rows, seconds):
-            total = self.optimism * float(s) + (m.native_overhead_s if provider.startswith("codegen")
-                                                else m.kernel_overhead_s)
+            total = float(s) + (m.native_overhead_s if provider.startswith("codegen") else m.kernel_overhead_s)
             if self._memo[key] is None or total < self._memo[key]:
                 self._memo[key] = total
+
+    def calibrate(self, cands: list[Candidate], min_kernels: int = CALIBRATION_MIN) -> None:
+        """Draw the optimism from this model's own kernels measured so far (by this compile or stored
+        by earlier ones): OPTIMISM_QUANTILE of their measured over predicted seconds. Prices of a
+        model the training rows never saw can be off by a common factor (its shapes, its layouts);
+        held-out rows of the database do not show that, its own measured kernels do."""
+        m = self.measured
+        mine = {m.key(c): c for c in cands if m.has(c)}
+        self.predict_many(list(mine.values()))
+        ratios = [m.hot(c) / self._memo[k] for k, c in mine.items() if m.hot(c) and self._memo.get(k)]
+        if len(ratios) >= min_kernels:
+            self.optimism = min(1.0, float(np.quantile(ratios, OPTIMISM_QUANTILE)))
+            self.calibrated = len(ratios)
 
     def _providers(self, c: Candidate, outs) -> list[str]:
         from kernorch import codegen
@@ -73,11 +87,14 @@ class LearnedPrices:
         key = self.measured.key(c)
         if key not in self._memo:
             self.predict_many([c])
-        return self._memo[key]
+        price = self._memo[key]
+        return None if price is None else self.optimism * price
 
     def describe(self) -> str:
+        drawn = f"this model's {self.calibrated} measured kernels" if self.calibrated else "held-out prices"
         return (f"learned cost model: {self.rows} prices of this machine, held-out median error {self.error:.0%}, "
-                f"rank correlation {self.rho:.2f}; unmeasured kernels priced at {self.optimism:.2f}x prediction")
+                f"rank correlation {self.rho:.2f}; unmeasured kernels priced at {self.optimism:.2f}x prediction "
+                f"(from {drawn})")
 
 
 def train(measured, min_rows: int | None = None, seed: int = 0) -> tuple[LearnedPrices | None, str]:

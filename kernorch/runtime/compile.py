@@ -58,7 +58,7 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             threads: int | None = None, knobs: Knobs | None = None, progress: bool = True,
             dynamo: bool | None = None, cuda_options: Any = None,
             providers: Sequence[str] | None = DEFAULT_PROVIDERS, regions: bool = True,
-            tuning_budget: int | None = TUNING_BUDGET, tuning: str = "learned", require_quiet: bool = False,
+            tuning_budget: int | None = TUNING_BUDGET, tuning: str = "full", require_quiet: bool = False,
             cluster: Any = None, strict: bool = False, precision: str = "f32",
             accuracy_budget: float | None = None, calibration: Any = None, calibration_method: str = "minmax",
             codegen: CodegenOptions = DEFAULT_CODEGEN, options: Options | None = None) -> CompiledModel:

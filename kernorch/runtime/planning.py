@@ -16,7 +16,7 @@ from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.report import CompileReport, record_measurements
 
 ESTIMATED_ROUNDS = 8  # measuring rounds whose plans may hold unmeasured kernels (plan_kernels)
-LEARNED_ROUNDS = 24  # rounds of solving and measuring the picked kernels under the learned cost model
+LEARNED_ROUNDS = 12  # rounds measuring only the kernels the plan picked (learned tuning); then every candidate
 
 
 def no_plan_error(e: Exception, measured) -> KernorchError:
@@ -137,30 +137,41 @@ def _plan_learned(dag, strategy: str, measured, key_fn, knobs: Knobs, rep: Compi
     """plan_kernels with the learned cost model (learned_pricing.py): the candidates the database
     does not price stand at the model's optimistic price; each round solves, measures the plan's
     kernels that were only predicted, and solves again, until the plan holds measured kernels
-    only (then every remaining candidate, even priced optimistically, loses). After
-    LEARNED_ROUNDS - 1 rounds the candidates still predicted are measured, as a full tuning would."""
+    only (then every remaining candidate, even priced optimistically, loses). A plan still
+    picking predicted kernels after LEARNED_ROUNDS rounds gets every candidate measured, as a full
+    tuning would."""
     unknown = measured._unknown(seen, measured.version)  # those stored by earlier compiles are recalled
     learned.predict_many(list(unknown.values()))
-    measured.fallback = learned
+    guessed: list[Candidate] = []  # what a round priced by the model (joins across cuts arise per round)
+
+    def guess(c: Candidate) -> float | None:
+        guessed.append(c)
+        return learned(c)
+
+    measured.fallback = guess
     rechecked: set[str] = set()
+    missing: list[Candidate] = []
     try:
-        for round_ in range(LEARNED_ROUNDS):
+        for round_ in range(LEARNED_ROUNDS + 2):
+            guessed.clear()
             plan = orchestrate(dag, strategy, measured, measured.can_generate, key_fn, knobs, region_cost)
             regions = set(plan.regions)
             missing = [c for k, c in enumerate(plan.kernels) if k not in regions and not measured.has(c)]
             if not missing:
-                if knobs.recheck and recheck(dag, plan, measured, rechecked):
+                if knobs.recheck and round_ < LEARNED_ROUNDS and recheck(dag, plan, measured, rechecked):
                     continue
                 break
-            more = missing if round_ < LEARNED_ROUNDS - 2 else seen  # the last round: a full tuning
+            more = missing if round_ < LEARNED_ROUNDS else missing + seen + guessed  # then: a full tuning
             with _progress_bar(progress, f"tuning kernels the plan picked{where}") as update:
                 measured.progress = update
                 measured.prefetch(more)
             measured.progress = None
-        else:
-            raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
+            learned.calibrate(list(unknown.values()) + guessed)  # out of sample: measured by this compile
     finally:
         measured.fallback = None
+    if missing:
+        raise KernorchError("the plan kept picking unmeasured kernels (a bug: please report it)")
+    rep.learned = f"{learned.describe()}; {round_ + 1} rounds"
     rep.predicted = sum(not measured.has(c) for c in {key_fn(c): c for c in seen}.values())
     return record_measurements(plan, measured, rep)
 

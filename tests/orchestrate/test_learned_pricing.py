@@ -18,6 +18,7 @@ from kernorch.orchestrate.tuning_db import FAR_ABOVE_ROOFLINE, Record, TuningDB
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_cnn.onnx"
 KW = dict(threads=2, progress=False, regions=False, providers=("torch",))
+LEARNED = dict(KW, tuning="learned")
 # no re-timing of declined fusions and no pricing inside calls: the plan rests on the stored prices alone
 EXACT = Knobs(recheck=False, context_rounds=0)
 
@@ -39,7 +40,7 @@ class Block(torch.nn.Module):
 def trained_db(tmp_path_factory) -> Path:
     """A database holding tiny_cnn's prices, compiled with every candidate timed."""
     path = tmp_path_factory.mktemp("learned") / "tuning.sqlite"
-    kernorch.compile(str(EXAMPLE), db=str(path), tuning="full", **KW)
+    kernorch.compile(str(EXAMPLE), db=str(path), **KW)  # tuning="full": the default
     return path
 
 
@@ -70,7 +71,7 @@ def test_compiles_store_features_for_the_prices_training_reads(trained_db):
 
 def test_too_few_prices_time_every_candidate(tmp_path):
     module, x = _block()
-    model = kernorch.compile(module, (x,), db=str(tmp_path / "empty.sqlite"), **KW)
+    model = kernorch.compile(module, (x,), db=str(tmp_path / "empty.sqlite"), **LEARNED)
     rep = model.report
     assert "every candidate timed" in rep.learned and "holds 0" in rep.learned
     assert rep.predicted == 0 and rep.measured >= rep.candidates
@@ -79,7 +80,7 @@ def test_too_few_prices_time_every_candidate(tmp_path):
 def test_a_trained_database_times_fewer_candidates_and_the_model_stays_correct(trained_db, tmp_path, monkeypatch):
     monkeypatch.setattr(learned_pricing, "MIN_ROWS", 50)
     module, x = _block()
-    model = kernorch.compile(module, (x,), db=_copy(trained_db, tmp_path / "db.sqlite"), **KW)
+    model = kernorch.compile(module, (x,), db=_copy(trained_db, tmp_path / "db.sqlite"), **LEARNED)
     rep = model.report
     assert rep.learned.startswith("learned cost model:"), rep.learned
     assert rep.predicted > rep.candidates // 2 and rep.measured < rep.candidates
@@ -99,9 +100,9 @@ def test_priced_at_a_lower_bound_the_learned_plan_is_the_full_tunings(trained_db
     monkeypatch.setattr(learned_pricing, "train", lower_bound)
     module, x = _block()
     db = _copy(trained_db, tmp_path / "db.sqlite")
-    learned = kernorch.compile(module, (x,), db=db, knobs=EXACT, **KW)
+    learned = kernorch.compile(module, (x,), db=db, knobs=EXACT, **LEARNED)
     assert learned.report.predicted > 0  # some candidates never needed a timing
-    full = kernorch.compile(module, (x,), db=db, knobs=EXACT, tuning="full", **KW)  # times the rest
+    full = kernorch.compile(module, (x,), db=db, knobs=EXACT, **KW)  # tuning="full" times the rest
     assert full.report.measured > 0 and not full.report.plan_reused
     assert learned.report.priced_s == pytest.approx(full.report.priced_s, rel=1e-6)
 
