@@ -110,3 +110,11 @@ def test_priced_at_a_lower_bound_the_learned_plan_is_the_full_tunings(trained_db
 def test_an_unknown_tuning_is_refused_by_name():
     with pytest.raises(kernorch.KernorchError, match="unknown tuning 'fast'.*learned, full"):
         kernorch.compile(str(EXAMPLE), tuning="fast", **KW)
+
+
+def test_merging_databases_copies_the_features_training_needs(trained_db, tmp_path):
+    from kernorch.cli import main
+
+    merged = tmp_path / "merged.sqlite"
+    assert main(["db", "merge", str(trained_db), "--db", str(merged)]) == 0
+    assert sorted(TuningDB(merged).feature_rows()) == sorted(TuningDB(trained_db).feature_rows()) != []
