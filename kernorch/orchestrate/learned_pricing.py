@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kernorch import codegen
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.features import FEATURES_VERSION, kernel_features
+from kernorch.orchestrate.learned_cost import LearnedCost
 
 MIN_ROWS = 300  # prices with features needed before the model is trusted to skip any timing
 HELD_OUT = 0.2  # share of the kernels kept out of the first fit to measure the model's error
@@ -75,8 +77,6 @@ class LearnedPrices:
             self.calibrated = len(ratios)
 
     def _providers(self, c: Candidate, outs) -> list[str]:
-        from kernorch import codegen
-
         m = self.measured
         names = ["codegen:c"] if codegen.can_generate(m.g, c.nodes, outs) else []
         if m._external(c):
@@ -106,8 +106,7 @@ def train(measured, min_rows: int | None = None, seed: int = 0) -> tuple[Learned
         return None, (f"every candidate timed: the learned cost model needs {min_rows} prices with features on "
                       f"this machine, the tuning database holds {len(rows)}")
     try:
-        from kernorch.orchestrate.learned_cost import LearnedCost
-        import sklearn  # noqa: F401
+        import sklearn  # noqa: F401 - the trees' library, an optional dependency: say so rather than fail
     except ImportError:
         return None, "every candidate timed: the learned cost model needs scikit-learn (pip install scikit-learn)"
     keys = sorted({r[0] for r in rows})
