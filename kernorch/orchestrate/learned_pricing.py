@@ -7,9 +7,10 @@ even at its optimistic price, can then make the plan cheaper, so it need not be 
 
 Why an optimistic bound and not the prediction: a prediction that is too high would hide a kernel
 that wins, and nothing would ever measure it; priced at the low end of the model's held-out error
-it gets its chance. The bound comes from held-out kernels of this database (a quantile of measured
-over predicted seconds), so a model that predicts well here measures little, and one that does not
-measures more. With too few prices (a new machine, a new code-generator version) there is no
+it gets its chance. The bound is a quantile of measured over predicted seconds: first on held-out
+kernels of this database, then on the kernels this compile has measured (the model being compiled
+is one the rows never saw), so a model that predicts well here measures little, and one that does
+not measures more. With too few prices (a new machine, a new code-generator version) there is no
 model and every candidate is timed, as with ``tuning="full"``.
 """
 
@@ -64,10 +65,11 @@ class LearnedPrices:
                 self._memo[key] = total
 
     def calibrate(self, cands: list[Candidate], min_kernels: int = CALIBRATION_MIN) -> None:
-        """Draw the optimism from this model's own kernels measured so far (by this compile or stored
-        by earlier ones): OPTIMISM_QUANTILE of their measured over predicted seconds. Prices of a
-        model the training rows never saw can be off by a common factor (its shapes, its layouts);
-        held-out rows of the database do not show that, its own measured kernels do."""
+        """Draw the optimism from the measured kernels among ``cands`` (the caller passes those this
+        compile timed: out of sample, unlike kernels the database already held, which the model was
+        fitted on): OPTIMISM_QUANTILE of their measured over predicted seconds. Prices of a model the
+        training rows never saw can be off by a common factor (its shapes, its layouts); held-out rows
+        of the database do not show that, its own measured kernels do."""
         m = self.measured
         mine = {m.key(c): c for c in cands if m.has(c)}
         self.predict_many(list(mine.values()))
