@@ -24,6 +24,7 @@ from kernorch import codegen
 from kernorch.orchestrate.candidate import Candidate
 from kernorch.orchestrate.features import FEATURES_VERSION, kernel_features
 from kernorch.orchestrate.learned_cost import LearnedCost
+from kernorch.orchestrate.measure import ordered_outputs
 
 MIN_ROWS = 300  # prices with features needed before the model is trusted to skip any timing
 HELD_OUT = 0.2  # share of the kernels kept out of the first fit to measure the model's error
@@ -50,7 +51,7 @@ class LearnedPrices:
         todo = {m.key(c): c for c in cands if m.key(c) not in self._memo}
         rows, owners = [], []
         for key, c in todo.items():
-            outs = sorted(c.outputs, key=m._pos.__getitem__)
+            outs = ordered_outputs(m._pos, c)
             feats = kernel_features(m.g, c.nodes, outs, m.threads)
             for provider in self._providers(c, outs):
                 rows.append((feats, provider))
