@@ -8,7 +8,7 @@
 
 from kernorch.errors import KernorchError
 
-__all__ = ["CodegenOptions", "CompiledModel", "KernorchError", "compile", "load", "optimize"]
+__all__ = ["CodegenOptions", "CompiledModel", "DynamicModel", "KernorchError", "compile", "load", "optimize"]
 __version__ = "0.1.0"
 
 
@@ -26,8 +26,12 @@ def __getattr__(name: str):
         from kernorch.options import CodegenOptions  # lazy: `import kernorch` stays at kernorch.errors (~1 ms)
 
         return CodegenOptions
-    if name in ("CompiledModel", "load"):
-        from kernorch.runtime import model  # lazy: as above
+    if name == "CompiledModel":
+        from kernorch.runtime.model import CompiledModel  # lazy: as above
 
-        return getattr(model, name)
+        return CompiledModel
+    if name in ("DynamicModel", "load"):
+        from kernorch.runtime import dynamic_model  # lazy: as above (load opens static and dynamic models)
+
+        return getattr(dynamic_model, name)
     raise AttributeError(f"module 'kernorch' has no attribute {name!r}")

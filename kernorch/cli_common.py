@@ -42,3 +42,33 @@ def positive_int(text: str) -> int:
     if n <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return n
+
+
+def parse_dynamic(specs: Sequence[str]) -> dict[str, dict[int, tuple[int, int]]] | None:
+    """``["x=0:1..16"]`` -> ``{"x": {0: (1, 16)}}`` (compile()'s ``dynamic=``); None when none given."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for spec in specs:
+        name, sep, rest = spec.rpartition("=")
+        dim, colon, rng = rest.partition(":")
+        lo, dots, hi = rng.partition("..")
+        try:
+            parsed = int(dim), int(lo), int(hi)
+        except ValueError:
+            parsed = None
+        if not sep or not name or not colon or not dots or parsed is None or name in out:
+            raise KernorchError(f"--dynamic {spec!r}: expected NAME=DIM:LO..HI (e.g. x=0:1..16), once per input")
+        out[name] = {parsed[0]: (parsed[1], parsed[2])}
+    return out or None
+
+
+def parse_sizes(flag: str, text: str | None) -> tuple[int, ...] | None:
+    """``"1,4,16"`` -> ``(1, 4, 16)``; one-line error naming ``flag`` on anything else."""
+    if text is None:
+        return None
+    try:
+        sizes = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) <= 0:
+        raise KernorchError(f"{flag} {text!r}: expected positive integers separated by commas")
+    return sizes

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import kernorch
-from kernorch.cli_common import parse_input_shapes, positive_int
+from kernorch.cli_common import parse_dynamic, parse_input_shapes, parse_sizes, positive_int
 from kernorch.errors import InputError, KernorchError
 from kernorch.options import PRECISIONS
 
@@ -65,6 +65,11 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("--require-quiet", action="store_true",
                    help="wait for free cores before tuning and fail rather than store prices disturbed by other "
                         "processes")
+    q.add_argument("--dynamic", action="append", default=[], metavar="NAME=DIM:LO..HI",
+                   help="one model for every batch size LO..HI of input NAME's dim DIM (repeatable, one range for "
+                        "all; compiled as static profiles: docs/DYNAMIC.md)")
+    q.add_argument("--profiles", metavar="B1,B2,...",
+                   help="--dynamic: the batch sizes compiled (default: both ends and the powers of 4 between)")
     q.add_argument("--no-compare", action="store_true",
                    help="do not time the result against onnxruntime/OpenVINO after compiling")
     q.add_argument("--quiet", action="store_true", help="no progress, no kernel table: the last line only")
@@ -86,6 +91,8 @@ def add_commands(sub, add_model_args) -> None:
     q.add_argument("--compare", action="store_true",
                    help="time onnxruntime (and OpenVINO) on the original model side by side")
     q.add_argument("--save", metavar="DIR", help="write each output as DIR/NAME.npy")
+    q.add_argument("--batch", type=positive_int, metavar="N",
+                   help="a model compiled with --dynamic: random inputs of batch size N (default: its largest)")
     q.set_defaults(func=cmd_run)
 
     q = sub.add_parser("show", help="print what a compiled model directory holds",
@@ -167,13 +174,20 @@ def _compile(args, shapes, out: Path) -> int:
                              cluster=None if args.ray is None else f"ray:{args.ray}", strict=args.strict,
                              precision=args.precision, accuracy_budget=args.accuracy_budget,
                              calibration=[_load_npz(p) for p in args.calibration] or None,
-                             calibration_method=args.calibration_method, **kw)
+                             calibration_method=args.calibration_method, dynamic=parse_dynamic(args.dynamic),
+                             profiles=parse_sizes("--profiles", args.profiles), **kw)
     secs = time.perf_counter() - t0
     try:
         model.save(out)
         shutil.copyfile(args.model, out / SOURCE)
     except OSError as e:
         raise KernorchError(f"-o {args.output}: cannot save the compiled model ({e.strerror or e})") from None
+    if isinstance(model, kernorch.DynamicModel):
+        text = f"kernorch compiled {args.model} -> {out} in {secs:.1f} s\n{model.summary()}"
+        (out / SUMMARY).write_text(text + "\n")
+        print(text.splitlines()[0] if args.quiet else
+              f"{text}\n\nnext      kernorch run {out} --batch N --compare   (one batch size against onnxruntime)")
+        return 0
     comparison = None
     if not args.no_compare and args.target == "cpu":
         from kernorch.frontend.inputs import random_inputs  # lazy: ml_dtypes, scipy; `kernorch --help` stays fast
@@ -251,7 +265,7 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:
+def _feeds(model, specs: list[str], batch: int | None = None) -> dict[str, np.ndarray]:
     from kernorch.frontend.inputs import random_inputs  # lazy: ml_dtypes, scipy; `kernorch --help` stays fast
 
     given = {}
@@ -263,7 +277,12 @@ def _feeds(model, specs: list[str]) -> dict[str, np.ndarray]:
     unknown = sorted(set(given) - set(model.input_names))
     if unknown:
         raise InputError(f"unknown input(s) {unknown}; the model's inputs are {model.input_names}")
-    feeds = random_inputs(model.executable.sig.graph, seed=0)
+    if isinstance(model, kernorch.DynamicModel):
+        feeds = model.random_inputs(batch or model.axes.hi)
+    elif batch is not None:
+        raise InputError("--batch is for a model compiled with --dynamic; this one has fixed input shapes")
+    else:
+        feeds = random_inputs(model.executable.sig.graph, seed=0)
     feeds.update(given)
     return feeds
 
@@ -275,8 +294,8 @@ def _load(args):
 
         torch.set_num_threads(threads)  # PyTorch kernels and the providers' sessions built on load
     model = kernorch.load(args.dir)
-    if threads:
-        for k in model.kernels:
+    for part in getattr(model, "profiles", {0: model}).values() if threads else ():
+        for k in part.kernels:
             if hasattr(k, "num_threads"):
                 k.num_threads = threads
     return model
@@ -284,7 +303,7 @@ def _load(args):
 
 def cmd_run(args) -> int:
     model = _load(args)
-    feeds = _feeds(model, args.input)
+    feeds = _feeds(model, args.input, args.batch)
     outs = model.run(feeds)
     for name, t in outs.items():
         a = t.numpy()
@@ -334,6 +353,13 @@ def cmd_show(args) -> int:
 
     model = _load(args)
     print(f"compiled model {args.dir}")
+    if isinstance(model, kernorch.DynamicModel):
+        print(model.summary())
+        for b, part in model.profiles.items():
+            print(f"\nprofile batch {b}")
+            for line in plain_summary(part):
+                print(line)
+        return 0
     ins = ", ".join(f"{n}: {_type(model, n, True)}" for n in model.input_names)
     outs = ", ".join(f"{n}: {_type(model, n, False)}" for n in model.output_names)
     print(f"inputs    {ins}")

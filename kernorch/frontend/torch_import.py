@@ -61,7 +61,7 @@ def export_torch_with(module, example_inputs, dynamo: bool | None = None, input_
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"expected a torch.nn.Module, got {type(module).__name__}")
     args = _as_tuple(example_inputs)
-    names = list(input_names) if input_names is not None else _forward_names(module, len(args))
+    names = list(input_names) if input_names is not None else forward_names(module, len(args))
     if len(names) != len(args):
         raise ExportError(f"{len(names)} input names given for {len(args)} example inputs")
     exporters = ("torchscript", "dynamo") if dynamo is None else ("dynamo",) if dynamo else ("torchscript",)
@@ -146,7 +146,7 @@ def _output_names(module, args, input_names) -> list[str] | None:
     return names
 
 
-def _forward_names(module, n: int) -> list[str]:
+def forward_names(module, n: int) -> list[str]:
     """Names of the first ``n`` positional parameters of ``forward``, else input_0, input_1, ..."""
     try:
         params = list(inspect.signature(module.forward).parameters.values())

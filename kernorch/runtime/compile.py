@@ -40,6 +40,8 @@ from kernorch.runtime.executable import Executable, ProviderKernel, plan_executa
 from kernorch.runtime.in_context import CallProfiles, race, refine_in_context
 from kernorch.runtime.planning import no_plan_error, plan_kernels
 from kernorch.runtime import accuracy, native, plan_cache
+from kernorch.runtime.dynamic import compile_dynamic
+from kernorch.runtime.dynamic_model import DynamicModel
 from kernorch.runtime.model import CompiledModel
 from kernorch.runtime.progress import progress_bar as _progress_bar
 from kernorch.runtime.sources import Sources, int8_knobs, load_graph, load_int8_graph
@@ -61,14 +63,26 @@ def compile(model: Any, example_inputs: Any = None, *, target: str = "cpu", stra
             tuning_budget: int | None = TUNING_BUDGET, tuning: str = "full", require_quiet: bool = False,
             cluster: Any = None, strict: bool = False, precision: str = "f32",
             accuracy_budget: float | None = None, calibration: Any = None, calibration_method: str = "minmax",
-            codegen: CodegenOptions = DEFAULT_CODEGEN, options: Options | None = None) -> CompiledModel:
+            codegen: CodegenOptions = DEFAULT_CODEGEN, dynamic: Mapping[str, Mapping[int, Sequence[int]]] | None = None,
+            profiles: Sequence[int] | None = None, options: Options | None = None) -> CompiledModel | DynamicModel:
     """Compile ``model`` for ``target`` ("cpu", or "cuda": Triton + cuBLAS/cuDNN, a CUDA graph;
     ``cuda_options`` is a targets.cuda_measure.CudaOptions). ``cluster="ray"`` (or
     ``"ray:ADDRESS"``) measures candidates on a Ray cluster. One pipeline for every target
     (targets/): an option a target cannot honour is rejected. The keywords and the environment
     become one Options (kernorch/options.py), read here once; or pass ``options`` instead of the
-    keywords. See docs/PYTHON_API.md."""
+    keywords. ``dynamic={"x": {0: (1, 16)}}`` compiles one model for every batch size of a range
+    (runtime/dynamic.py). See docs/PYTHON_API.md."""
     opts = _options(options, locals())
+    _check_options(opts)
+    if opts.dynamic is not None:
+        return compile_dynamic(model, example_inputs, opts, _compile_static)
+    if opts.profiles is not None:
+        raise KernorchError("profiles= lists the batch sizes of a dynamic= compile; this compile has no dynamic=")
+    return _compile_static(model, example_inputs, opts)
+
+
+def _compile_static(model: Any, example_inputs: Any, opts: Options) -> CompiledModel:
+    """One compile at the input shapes of ``model`` (or ``opts.input_shapes``)."""
     _check_options(opts)
     tgt = targets.make(opts)
     t0 = time.perf_counter()

@@ -176,7 +176,8 @@ _CLI = "the CLI: a command's heavy modules load when it runs, so `kernorch --hel
 LAZY_IMPORTS = {
     ("kernorch", "kernorch.runtime.compile"): "`import kernorch` loads no torch or codegen (kernorch.compile on use)",
     ("kernorch", "kernorch.runtime.optimize"): "as kernorch.compile",
-    ("kernorch", "kernorch.runtime.model"): "as kernorch.compile (kernorch.load, CompiledModel)",
+    ("kernorch", "kernorch.runtime.model"): "as kernorch.compile (CompiledModel)",
+    ("kernorch", "kernorch.runtime.dynamic_model"): "as kernorch.compile (kernorch.load, DynamicModel)",
     ("kernorch", "kernorch.options"): "kernorch.CodegenOptions: `import kernorch` loads kernorch.errors only",
     ("kernorch.ir.oracle", "kernorch.ir.tensors"): "torch, only for a tensor argument: the oracle stays torch-free",
     ("kernorch.cli", "kernorch.frontend.onnx_import"): _CLI + " (onnx)",
