@@ -4,11 +4,13 @@
     fast = kernorch.optimize(nn_module, example_inputs)   # a drop-in nn.Module running the plan
     y = model(x)
     model.save("out/"); model = kernorch.load("out/")
+    dec = kernorch.compile_decoder(causal_lm, max_length=256)     # text generation with a KV cache
 """
 
 from kernorch.errors import KernorchError
 
-__all__ = ["CodegenOptions", "CompiledModel", "DynamicModel", "KernorchError", "compile", "load", "optimize"]
+__all__ = ["CodegenOptions", "CompiledModel", "Decoder", "DynamicModel", "KernorchError", "compile", "compile_decoder",
+           "load", "optimize"]
 __version__ = "0.1.0"
 
 
@@ -30,8 +32,16 @@ def __getattr__(name: str):
         from kernorch.runtime.model import CompiledModel  # lazy: as above
 
         return CompiledModel
-    if name in ("DynamicModel", "load"):
-        from kernorch.runtime import dynamic_model  # lazy: as above (load opens static and dynamic models)
+    if name == "DynamicModel":
+        from kernorch.runtime.dynamic_model import DynamicModel  # lazy: as above
 
-        return getattr(dynamic_model, name)
+        return DynamicModel
+    if name in ("Decoder", "compile_decoder"):
+        from kernorch.runtime import decode  # lazy: as above
+
+        return getattr(decode, name)
+    if name == "load":
+        from kernorch.runtime.loading import load  # lazy: as above (a static, dynamic or decoder directory)
+
+        return load
     raise AttributeError(f"module 'kernorch' has no attribute {name!r}")
