@@ -69,7 +69,7 @@ def add_commands(sub, add_model_args) -> None:
                    help="one model for every batch size LO..HI of input NAME's dim DIM (repeatable, one range for "
                         "all; compiled as static profiles: docs/DYNAMIC.md)")
     q.add_argument("--profiles", metavar="B1,B2,...",
-                   help="--dynamic: the batch sizes compiled (default: both ends and the powers of 4 between)")
+                   help="--dynamic: the batch sizes compiled (default: both ends and the powers of 2 between)")
     q.add_argument("--no-compare", action="store_true",
                    help="do not time the result against onnxruntime/OpenVINO after compiling")
     q.add_argument("--quiet", action="store_true", help="no progress, no kernel table: the last line only")

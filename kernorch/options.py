@@ -187,7 +187,7 @@ class Options:
     calibration_method: str = "minmax"  # "minmax" | "entropy" | "percentile" (frontend/quantize.py)
     codegen: CodegenOptions = DEFAULT_CODEGEN  # switches of the C code generator (target "cpu")
     dynamic: Mapping[str, Mapping[int, Sequence[int]]] | None = None  # batch dims and range (runtime/dynamic.py)
-    profiles: Sequence[int] | None = None  # dynamic=: the batch sizes compiled (None: the ends, powers of 4 between)
+    profiles: Sequence[int] | None = None  # dynamic=: the batch sizes compiled (None: the ends, powers of 2 between)
     env: Env = field(default_factory=Env.read)
 
     @classmethod

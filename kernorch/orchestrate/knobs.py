@@ -81,5 +81,10 @@ class Knobs:
     """Measured compiles: 'learned' times only the candidates that can win by the learned cost model's
     optimistic price (orchestrate/learned_pricing.py; every candidate while the tuning database holds too
     few prices with features on this machine); 'full' times every candidate."""
+    transfer: tuple = ()
+    """(graph structure, kernels as prim positions) of a plan made for the same model at other input
+    sizes (a dynamic= profile: runtime/dynamic.py). When this graph has that structure, a measured
+    compile times those kernels only and keeps that plan, without enumerating or solving
+    (runtime/plan_cache.py ``transfer``); otherwise it plans as usual."""
     solver_backend: str = "highs"
     """'highs' (highspy, warm-started) or 'scipy' (scipy.optimize.milp)."""

@@ -99,7 +99,8 @@ def _compile_static(model: Any, example_inputs: Any, opts: Options) -> CompiledM
         if opts.strategy == "optimal" and opts.regions and (opts.knobs is None or opts.knobs.regions) and ext:
             original = sources.onnx(model)  # a whole-graph region of its own (whole.py)
         knobs = _knobs(opts, tgt, g)
-        in_context = opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0
+        in_context = (opts.strategy == "optimal" and not plan.regions and knobs.context_rounds > 0
+                      and not rep.plan_transferred)  # its kernels are the only ones priced
         if in_context:
             with _progress_bar(opts.progress, "pricing the plan's kernels in context"):
                 plan, compiled = refine_in_context(dag_from_graph(g), plan, compiled, measured, knobs,
@@ -250,9 +251,14 @@ def _orchestrate(model: Any, example_inputs: Any, opts: Options, target: targets
                 rep.plan_reused = (plan := plan_cache.reuse(tdb, rep.plan_key, g, dag, measured)) is not None
                 if rep.plan_reused:
                     record_measurements(plan, measured, rep)
+            if not rep.plan_reused and knobs.transfer and cost == "measured" and strategy == "optimal":
+                rep.plan_transferred = (plan := plan_cache.transfer(knobs.transfer, g, dag, measured)) is not None
+                if rep.plan_transferred:
+                    record_measurements(plan, measured, rep)
             try:
-                plan = plan if rep.plan_reused else plan_kernels(dag, strategy, cost, roofline.bind(dag), measured,
-                                                                 key_fn, knobs, rep, progress, target.where)
+                if not (rep.plan_reused or rep.plan_transferred):
+                    plan = plan_kernels(dag, strategy, cost, roofline.bind(dag), measured, key_fn, knobs, rep, progress,
+                                        target.where)
             except SolverError as e:
                 raise no_plan_error(e, measured) from None
             whole = None

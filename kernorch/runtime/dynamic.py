@@ -9,9 +9,11 @@ The user names the batch dim of each input that has one, with its range:
    model whose samples see each other (a batch norm in training mode, a reduction over the
    batch, a sequence dim named as a batch) is refused in one line before any tuning;
 2. finds each output's batch axis from the shapes at ``p`` and ``p + 1``;
-3. compiles one static profile per size (default: both ends of the range and the powers of 4
-   between; ``profiles=`` chooses), each a full compile sharing the tuning database, and times
-   each so that a batch of any size runs as the cheapest chunks (dynamic_model.cheapest_cover).
+3. compiles one static profile per size (default: both ends of the range and the powers of 2
+   between; ``profiles=`` chooses): the middle one tuned in full, each other one timing only the
+   kernels of that plan at its own sizes (Knobs.transfer; a full tuning where the graph differs),
+   and still raced end to end against onnxruntime / OpenVINO; then times the profiles so that a
+   batch of any size runs as the cheapest chunks (dynamic_model.cheapest_cover).
 
 Sizes other than a batch (a sequence length) need kernels with sizes as run-time arguments: not
 built yet, refused by name.
@@ -19,6 +21,7 @@ built yet, refused by name.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -32,6 +35,8 @@ from kernorch.frontend.torch_import import forward_names
 from kernorch.ir import interp, oracle
 from kernorch.ir.graph import Graph
 from kernorch.options import Options
+from kernorch.orchestrate.knobs import Knobs
+from kernorch.runtime import plan_cache
 from kernorch.runtime.dynamic_model import BatchAxes, DynamicModel
 from kernorch.runtime.progress import progress_bar
 from kernorch.runtime.sources import load_graph
@@ -51,12 +56,18 @@ def compile_dynamic(model: Any, example_inputs: Any, opts: Options,
         outputs = separable(model, example_inputs, opts, shapes, axes, sizes[0])
     batch_axes = BatchAxes(axes, outputs, lo, hi)
     profiles = {}
-    for k, b in enumerate(sizes):
+    first = sizes[len(sizes) // 2]  # tuned in full; the others time its plan's kernels at their sizes
+    for k, b in enumerate([first] + [b for b in sizes if b != first]):
         if opts.progress:
             print(f"kernorch: profile batch {b} ({k + 1} of {len(sizes)}; {batch_axes.describe()})", file=sys.stderr,
                   flush=True)
         ex, pinned = _at_batch(model, example_inputs, shapes, axes, b, names)
-        profiles[b] = compile_static(model, ex, opts.replace(dynamic=None, profiles=None, input_shapes=pinned))
+        knobs = opts.knobs or Knobs()
+        if b != first:
+            seen = profiles[first]
+            knobs = dataclasses.replace(knobs, transfer=plan_cache.hint(seen.graph, [i.members for i in seen.executable.infos]))
+        profiles[b] = compile_static(model, ex, opts.replace(dynamic=None, profiles=None, input_shapes=pinned,
+                                                             knobs=knobs))
     with progress_bar(opts.progress, "timing the profiles"):
         latency = latencies(profiles)
     return DynamicModel(profiles, batch_axes, latency, time.perf_counter() - t0)
@@ -88,9 +99,9 @@ def batch_dims(dynamic: Any, names: Sequence[str]) -> tuple[dict[str, int], int,
 
 
 def profile_sizes(lo: int, hi: int, given: Sequence[int] | None = None) -> list[int]:
-    """The batch sizes compiled: ``given`` (checked), else lo, hi and the powers of 4 between."""
+    """The batch sizes compiled: ``given`` (checked), else lo, hi and the powers of 2 between."""
     if given is None:
-        return sorted({lo, hi} | {4 ** k for k in range(1, 16) if lo < 4 ** k < hi})
+        return sorted({lo, hi} | {2 ** k for k in range(1, 30) if lo < 2 ** k < hi})
     sizes = sorted(set(given))
     if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= hi for b in sizes):
         raise KernorchError(f"profiles={list(given)!r:.80}: expected batch sizes between 1 and {hi}")

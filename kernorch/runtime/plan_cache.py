@@ -33,7 +33,7 @@ PLANNER = 1  # bumped when the planner changes what it would choose: older plans
 def plan_key(g: Graph, knobs: Knobs, opts) -> str:
     """The key of ``g``'s plan under ``opts`` and ``knobs`` (their seeds and groups follow from
     the graph, so they are left out of the digest)."""
-    shape = dataclasses.replace(knobs, seeds=(), groups=())
+    shape = dataclasses.replace(knobs, seeds=(), groups=(), transfer=())
     what = (PLANNER, g.kernel_key([p.output for p in g.prims], g.outputs), opts.strategy, opts.precision, opts.accuracy_budget,
             tuple(opts.providers or ()), opts.regions, opts.tuning_budget, repr(shape))
     return "plan:" + hashlib.sha1(repr(what).encode()).hexdigest()
@@ -47,16 +47,53 @@ def reuse(db: TuningDB, key: str, g: Graph, dag: Dag, measured) -> Plan | None:
     rec = db.get(key, measured.target, measured.version).get(PROVIDER)
     if rec is None or rec.status != PROVIDER:
         return None
+    try:
+        members = json.loads(rec.detail)
+    except ValueError:
+        return None
+    return _priced_plan(g, dag, members, measured, stored=db)
+
+
+def structure(g: Graph) -> tuple:
+    """``g``'s prims without sizes: each one's op and where its inputs come from (a prim by
+    position, a graph input, a constant). Equal for one model imported at different input sizes
+    when fission and the rewrites did the same to it."""
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    where = {**{v: "i" for v in g.inputs}, **{v: "c" for v in g.constants}}
+    return tuple((p.op.name, tuple(pos.get(v, where.get(v, "?")) for v in p.inputs)) for p in g.prims)
+
+
+def hint(g: Graph, members: list[tuple[int, ...]]) -> tuple:
+    """What ``transfer`` takes: ``g``'s structure and each kernel's prims (value ids in ``g``)."""
+    pos = {p.output: i for i, p in enumerate(g.prims)}
+    return structure(g), tuple(tuple(sorted(pos[v] for v in m)) for m in members)
+
+
+def transfer(given: tuple, g: Graph, dag: Dag, measured) -> Plan | None:
+    """The plan ``given`` (``hint`` of the same model at other sizes) on ``g``, its kernels
+    measured here (only those), or None when ``g`` differs in structure or a kernel cannot run."""
+    shape, members = given
+    if shape != structure(g):
+        return None
+    return _priced_plan(g, dag, [list(m) for m in members], measured)
+
+
+def _priced_plan(g: Graph, dag: Dag, members: list, measured, stored: TuningDB | None = None) -> Plan | None:
+    """The plan of kernels ``members`` (prim positions) priced by ``measured`` (only when the
+    database ``stored`` holds every price, if given), or None when it is no valid plan of ``g``."""
     order = [p.output for p in g.prims]
     try:
-        kernels = [multi_output(dag, [order[i] for i in members]) for members in json.loads(rec.detail)]
+        kernels = [multi_output(dag, [order[i] for i in m]) for m in members]
     except (ValueError, TypeError, IndexError, KeyError):
         return None
-    keys = [measured.key(c) for c in kernels]
-    stored = db.get_many(keys, measured.target, measured.version)
-    if not kernels or not all(any(r.ok for r in stored.get(k, {}).values()) for k in keys):
+    if not kernels:
         return None
-    measured.prefetch(kernels)  # every price is in the database: read, not measured
+    if stored is not None:
+        keys = [measured.key(c) for c in kernels]
+        known = stored.get_many(keys, measured.target, measured.version)
+        if not all(any(r.ok for r in known.get(k, {}).values()) for k in keys):
+            return None
+    measured.prefetch(kernels)  # stored prices are read, the others measured
     costs = [measured(c) for c in kernels]
     if None in costs:
         return None

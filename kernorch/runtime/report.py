@@ -54,6 +54,7 @@ class CompileReport:
     calibration: str = ""  # precision "int8": what the quantizer calibrated on (frontend/quantize.py)
     plan_key: str = ""  # where the final plan is kept in the tuning database (runtime/plan_cache.py)
     plan_reused: bool = False  # the plan came from there: nothing was orchestrated or measured
+    plan_transferred: bool = False  # the plan of this model at other sizes, its kernels timed (Knobs.transfer)
 
     def timing_note(self) -> str:
         """One line on how far the measurements can be trusted ('' for modelled costs)."""

@@ -72,6 +72,9 @@ def plain_summary(model, compare=None, seconds: float | None = None) -> list[str
             how = "costs from the roofline model, nothing measured (--cost measured tunes on timed kernels)"
         elif getattr(r, "plan_reused", False):
             how = "the plan of an earlier compile of this model, kept in the tuning database (nothing measured)"
+        elif getattr(r, "plan_transferred", False):
+            how = (f"the plan of this model at other input sizes, its {r.measured} new kernels timed here "
+                   f"({r.cached} prices from the tuning database)")
         else:
             how = (f"{r.measured} kernel timings, {r.cached} reused from the tuning database"
                    + (f", {r.predicted} of {r.candidates} candidates only predicted" if r.predicted else "")

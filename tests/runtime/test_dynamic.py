@@ -77,7 +77,9 @@ def test_cover_is_the_cheapest_against_brute_force():
 
 def test_outputs_match_onnxruntime_at_every_batch_size(net):
     m, compiled = net
-    assert sorted(compiled.profiles) == [1, 4, 6]
+    assert sorted(compiled.profiles) == [1, 2, 4, 6]
+    reports = {b: m.report for b, m in compiled.profiles.items()}
+    assert not reports[4].plan_transferred and all(reports[b].plan_transferred for b in (1, 2, 6))
     sess = ort.InferenceSession(_onnx(m, torch.randn(2, 3, 16, 16)), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
     for n in range(1, 7):
@@ -88,7 +90,7 @@ def test_outputs_match_onnxruntime_at_every_batch_size(net):
         np.testing.assert_allclose(probs, want[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(rows, want[1], rtol=1e-4, atol=1e-5)
     assert compiled.axes.outputs == {"output_0": (0, 1), "output_1": (0, 8)}
-    assert sum(compiled.chunks(5)) >= 5 and set(compiled.chunks(5)) <= {1, 4, 6}
+    assert sum(compiled.chunks(5)) >= 5 and set(compiled.chunks(5)) <= {1, 2, 4, 6}
 
 
 def test_out_of_range_and_bad_inputs_are_one_line(net):
@@ -140,7 +142,7 @@ def test_dynamic_specs_are_checked_by_name():
                        ({"x": {0: (1, 4)}, "m": {0: (1, 8)}}, "share one range"), ({}, "expects")]:
         with pytest.raises(KernorchError, match=words.replace("(", r"\(").replace(")", r"\)")):
             batch_dims(bad, ["x", "m"])
-    assert profile_sizes(1, 16) == [1, 4, 16] and profile_sizes(2, 100) == [2, 4, 16, 64, 100]
+    assert profile_sizes(1, 16) == [1, 2, 4, 8, 16] and profile_sizes(3, 20) == [3, 4, 8, 16, 20]
     with pytest.raises(KernorchError, match="profiles="):
         profile_sizes(1, 8, (0, 4))
     assert parse_dynamic(["x=0:1..16"]) == {"x": {0: (1, 16)}} and parse_sizes("--profiles", "1,4") == (1, 4)
@@ -148,3 +150,18 @@ def test_dynamic_specs_are_checked_by_name():
         parse_dynamic(["x=0:1-16"])
     with pytest.raises(KernorchError, match="has no dynamic="):
         kernorch.compile(Net(), torch.randn(1, 3, 8, 8), profiles=(1, 2), **KW)
+
+
+def test_a_plan_is_transferred_only_to_a_graph_of_its_structure():
+    from kernorch.orchestrate.knobs import Knobs
+    from kernorch.runtime import plan_cache
+
+    torch.manual_seed(0)
+    small = kernorch.compile(Net().eval(), torch.randn(1, 3, 16, 16), **KW)
+    given = plan_cache.hint(small.graph, [i.members for i in small.executable.infos])
+    same = kernorch.compile(Net().eval(), torch.randn(3, 3, 16, 16), knobs=Knobs(transfer=given), **KW)
+    assert same.report.plan_transferred and len(same.kernels) == len(small.kernels)
+    other = kernorch.compile(Mixing(), torch.randn(3, 4, 8), knobs=Knobs(transfer=given), **KW)
+    assert not other.report.plan_transferred and other.report.measured > 0
+    x = torch.randn(3, 4, 8)
+    torch.testing.assert_close(torch.as_tensor(other(x)), Mixing()(x))
