@@ -29,7 +29,6 @@ import torch
 
 from kernorch.errors import InputError, KernorchError, SavedModelError
 from kernorch.frontend.inputs import random_inputs
-from kernorch.runtime.executable import to_tensor
 from kernorch.runtime.model import CompiledModel, load as load_static
 
 FORMAT = "kernorch-dynamic"
@@ -119,7 +118,6 @@ class DynamicModel:
         cover = self.chunks(n)
         if cover == (n,):
             return self.profiles[n].run(feeds)
-        feeds = {k: to_tensor(v) for k, v in feeds.items()}
         parts: dict[str, list[torch.Tensor]] = {name: [] for name in self.output_names}
         start = 0
         for size in cover:
@@ -213,15 +211,18 @@ def _int(x: Any) -> int:
     return int(x)
 
 
-def _slice(t: torch.Tensor, axis: int, start: int, valid: int, size: int) -> torch.Tensor:
-    """Samples ``start .. start+valid`` of ``t`` along ``axis``, padded with zeros to ``size``
-    (padding samples are never read back: the model is batch-separable)."""
-    part = t.narrow(axis, start, valid)
+def _slice(t, axis: int, start: int, valid: int, size: int):
+    """Samples ``start .. start+valid`` of ``t`` (a tensor or an array, kept as it is: the compiled
+    model's fast path takes either) along ``axis``, padded with zeros to ``size`` (padding samples
+    are never read back: the model is batch-separable)."""
+    part = t[(slice(None),) * axis + (slice(start, start + valid),)]
     if valid < size:
         pad = list(part.shape)
         pad[axis] = size - valid
-        part = torch.cat([part, part.new_zeros(pad)], dim=axis)
-    return part.contiguous()
+        if isinstance(part, np.ndarray):
+            return np.concatenate([part, np.zeros(pad, part.dtype)], axis=axis)
+        return torch.cat([part, part.new_zeros(pad)], dim=axis)
+    return np.ascontiguousarray(part) if isinstance(part, np.ndarray) else part.contiguous()
 
 
 def sample_sizes(lo: int, hi: int, extra: Sequence[int] = ()) -> list[int]:
