@@ -69,8 +69,11 @@ def compile_dynamic(model: Any, example_inputs: Any, opts: Options,
         profiles[b] = compile_static(model, ex, opts.replace(dynamic=None, profiles=None, input_shapes=pinned,
                                                              knobs=knobs))
     with progress_bar(opts.progress, "timing the profiles"):
-        latency = latencies(profiles)
-    return DynamicModel(profiles, batch_axes, latency, time.perf_counter() - t0)
+        model = DynamicModel(profiles, batch_axes, latencies(profiles))
+    with progress_bar(opts.progress, "timing the ways to run the other batch sizes"):
+        measure_covers(model)
+    model.seconds = time.perf_counter() - t0
+    return model
 
 
 def batch_dims(dynamic: Any, names: Sequence[str]) -> tuple[dict[str, int], int, int]:
@@ -210,6 +213,32 @@ def _at_batch(model: Any, example_inputs: Any, shapes: Mapping[str, Sequence], a
             shape[axes[name]] = b
         pinned[name] = shape
     return None, {n: s for n, s in pinned.items() if all(isinstance(d, int) for d in s)} or None
+
+
+def measure_covers(model: DynamicModel, rounds: int = 5, most: int = 64) -> None:
+    """For each batch size of the range that is not a profile: time the cheapest cover by the
+    profiles' latencies against padding to the next profile, interleaved, and keep the faster.
+    Chunks that alternate between profiles run by different runtimes (an onnxruntime region's
+    threads spin after each call while an OpenVINO one waits for cores) can cost 2-3x their
+    parts. Ranges of more than ``most`` sizes keep the cheapest covers untimed."""
+    lo, hi = model.axes.lo, model.axes.hi
+    if hi - lo + 1 > most:
+        return
+    for n in range(lo, hi + 1):
+        options = {model.chunks(n)}
+        options |= {(min(b for b in model.profiles if b >= n),)} if n <= max(model.profiles) else set()
+        if len(options) < 2:
+            continue
+        feeds = model.random_inputs(n)
+        times: dict[tuple, list[float]] = {c: [] for c in options}
+        for _ in range(rounds):
+            for c in options:
+                model.covers[n] = c
+                model.run(feeds)
+                t = time.perf_counter()
+                model.run(feeds)
+                times[c].append(time.perf_counter() - t)
+        model.covers[n] = min(options, key=lambda c: float(np.median(times[c])))
 
 
 def latencies(profiles: Mapping[int, Any], rounds: int = 7, min_seconds: float = 0.5) -> dict[int, float]:

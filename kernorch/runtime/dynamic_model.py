@@ -16,7 +16,6 @@ Saved as a directory::
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -70,14 +69,16 @@ class DynamicModel:
     its range; ``profiles`` maps each compiled batch size to its CompiledModel."""
 
     def __init__(self, profiles: Mapping[int, CompiledModel], axes: BatchAxes, latency: Mapping[int, float],
-                 seconds: float | None = None) -> None:
+                 seconds: float | None = None, covers: Mapping[int, Sequence[int]] | None = None) -> None:
+        """``covers``: batch size -> the profile sizes it runs as, where measured (dynamic.measure_covers);
+        other sizes take ``cheapest_cover`` of the profiles' latencies."""
         self.profiles = dict(sorted(profiles.items()))
         self.axes = axes
         self.latency = dict(latency)  # seconds per call of each profile, measured at compile time
         self.seconds = seconds  # the whole compile, every profile
         first = next(iter(self.profiles.values()))
         self.input_names, self.output_names = first.input_names, first.output_names
-        self._cover = functools.lru_cache(maxsize=None)(lambda n: cheapest_cover(n, self.latency))
+        self.covers = {n: tuple(c) for n, c in (covers or {}).items()}
 
     @property
     def report(self):
@@ -91,7 +92,9 @@ class DynamicModel:
 
     def chunks(self, n: int) -> tuple[int, ...]:
         """The profile sizes a batch of ``n`` runs as (padding the last when their sum exceeds n)."""
-        return self._cover(n)
+        if n not in self.covers:
+            self.covers[n] = cheapest_cover(n, self.latency)
+        return self.covers[n]
 
     def random_inputs(self, n: int, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of batch size ``n`` (the oracle's policy, as for a static model)."""
@@ -172,7 +175,8 @@ class DynamicModel:
             m.save(d / f"batch-{b}")
         manifest = {"format": FORMAT, "version": VERSION, "lo": self.axes.lo, "hi": self.axes.hi,
                     "inputs": dict(self.axes.inputs), "outputs": {k: list(v) for k, v in self.axes.outputs.items()},
-                    "profiles": {str(b): self.latency[b] for b in self.profiles}, "seconds": self.seconds}
+                    "profiles": {str(b): self.latency[b] for b in self.profiles}, "seconds": self.seconds,
+                    "covers": {str(n): list(c) for n, c in sorted(self.covers.items())}}
         try:
             (d / MANIFEST).write_text(json.dumps(manifest, indent=1))
         except OSError as e:
@@ -193,13 +197,16 @@ def load(path: str | os.PathLike, device: Any = None, **kw: Any) -> CompiledMode
         latency = {_int(b): float(s) for b, s in m["profiles"].items()}
         inputs = {str(k): _int(a) for k, a in m["inputs"].items()}
         outputs = {str(k): (_int(v[0]), _int(v[1])) for k, v in m["outputs"].items()}
+        covers = {_int(n): tuple(_int(b) for b in c) for n, c in m.get("covers", {}).items()}
         if not (1 <= lo < hi and latency and all(1 <= b <= hi and math.isfinite(s) and s > 0
                                                  for b, s in latency.items())):
             raise ValueError("implausible range or profiles")
+        if any(not set(c) <= set(latency) or sum(c) < n or not lo <= n <= hi for n, c in covers.items()):
+            raise ValueError("a batch size's chunks are not profiles covering it")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SavedModelError(f"{d / MANIFEST}: not a dynamic kernorch model ({type(e).__name__}: {e})") from None
     profiles = {b: load_static(d / f"batch-{b}", device, **kw) for b in latency}
-    model = DynamicModel(profiles, BatchAxes(inputs, outputs, lo, hi), latency, m.get("seconds"))
+    model = DynamicModel(profiles, BatchAxes(inputs, outputs, lo, hi), latency, m.get("seconds"), covers)
     if set(model.output_names) != set(outputs) or not set(inputs) <= set(model.input_names):
         raise SavedModelError(f"{d / MANIFEST}: its batch axes name inputs or outputs the profiles do not have")
     return model

@@ -108,6 +108,7 @@ def test_saved_directory_loads_back(net, tmp_path):
     compiled.save(tmp_path / "m")
     back = kernorch.load(tmp_path / "m")
     assert isinstance(back, kernorch.DynamicModel) and back.latency == compiled.latency
+    assert all(back.chunks(n) == compiled.chunks(n) for n in range(1, 7))
     x = np.random.default_rng(2).standard_normal((3, 3, 16, 16)).astype(np.float32)
     for a, b in zip(back(x), compiled(x)):
         np.testing.assert_array_equal(a, b)
