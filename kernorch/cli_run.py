@@ -287,13 +287,20 @@ def _feeds(model, specs: list[str], batch: int | None = None) -> dict[str, np.nd
     return feeds
 
 
-def _load(args):
+def _load(args, dynamic: bool = True):
+    """The compiled model in ``args.dir`` (a DynamicModel only where the command takes one)."""
     threads = getattr(args, "threads", None)
     if threads:
         import torch
 
         torch.set_num_threads(threads)  # PyTorch kernels and the providers' sessions built on load
     model = kernorch.load(args.dir)
+    if isinstance(model, kernorch.Decoder):
+        raise KernorchError(f"{args.dir} holds a text decoder (compile_decoder): generate from Python "
+                            f"(docs/DYNAMIC.md); its steps are saved models in {args.dir}/step and {args.dir}/prefill")
+    if isinstance(model, kernorch.DynamicModel) and not dynamic:
+        raise KernorchError(f"{args.dir} holds a model for batch sizes {model.axes.lo}..{model.axes.hi}; name one of "
+                            f"its profiles: {', '.join(f'{args.dir}/batch-{b}' for b in model.profiles)}")
     for part in getattr(model, "profiles", {0: model}).values() if threads else ():
         for k in part.kernels:
             if hasattr(k, "num_threads"):
@@ -397,7 +404,7 @@ def cmd_report(args) -> int:
             raise KernorchError(f"{flag} {f}: is a directory; name a file")
         if not f.parent.exists():
             raise KernorchError(f"{flag} {f}: no such directory {f.parent}")
-    model = _load(args)
+    model = _load(args, dynamic=False)
     source = Path(args.dir) / SOURCE
     page, made = write_report(model, page, png=png, source=source if source.exists() else None,
                               repeat=args.repeat, threads=args.threads, baselines=not args.no_baselines,

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import kernorch
+from kernorch.cli import main
+from kernorch.cli_common import EXIT_ERROR
 from kernorch.errors import InputError, KernorchError, SavedModelError
 from kernorch.frontend.decoder import decoder_step
 from kernorch.runtime.decode import Decoder
@@ -88,7 +90,7 @@ def test_llama_style_decoder_generates_the_same_tokens():
     assert dec.generate(prompt, 20).tokens.tolist() == _reference(lm, prompt, 20).tolist()
 
 
-def test_onnx_decoder_with_past_and_saved_decoder(gpt2, tmp_path):
+def test_onnx_decoder_with_past_and_saved_decoder(gpt2, tmp_path, capsys):
     lm, dec = gpt2
     step, _ = decoder_step(lm, SLOTS, 1)  # an ONNX decoder-with-past: read as it is, no prefill step
     from_onnx = kernorch.compile_decoder(step, max_length=SLOTS, chunk=1, **KW)
@@ -98,6 +100,8 @@ def test_onnx_decoder_with_past_and_saved_decoder(gpt2, tmp_path):
     dec.save(tmp_path / "d")
     back = kernorch.load(tmp_path / "d")
     assert isinstance(back, Decoder) and back.generate(prompt, 12).tokens.tolist() == want
+    assert main(["run", str(tmp_path / "d")]) == EXIT_ERROR  # the CLI runs fixed-shape models; says so in one line
+    assert "holds a text decoder" in capsys.readouterr().err
     (tmp_path / "d" / "decoder.json").write_text('{"format": "kernorch-decoder", "version": 1, "slots": 4}')
     with pytest.raises(SavedModelError, match="not a kernorch decoder"):
         kernorch.load(tmp_path / "d")
