@@ -172,8 +172,8 @@ def _declared_inputs(model: Any, example_inputs: Any, opts: Options) -> tuple[li
         if example_inputs is None:
             raise KernorchError("compiling an nn.Module needs example_inputs (a tensor or a tuple of tensors)")
         args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-        return forward_names(model, len(args)), {n: list(a.shape) for n, a in zip(forward_names(model, len(args)),
-                                                                                   args)}
+        names = forward_names(model, len(args))
+        return names, {n: list(a.shape) for n, a in zip(names, args)}
     proto = load_model(model)
     init = {i.name for i in proto.graph.initializer}
     shapes = {}
