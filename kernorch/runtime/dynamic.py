@@ -37,7 +37,7 @@ from kernorch.ir.graph import Graph
 from kernorch.options import Options
 from kernorch.orchestrate.knobs import Knobs
 from kernorch.runtime import plan_cache
-from kernorch.runtime.dynamic_model import BatchAxes, DynamicModel
+from kernorch.runtime.dynamic_model import BatchAxes, DynamicModel, slice_batch
 from kernorch.runtime.progress import progress_bar
 from kernorch.runtime.sources import load_graph
 
@@ -127,7 +127,8 @@ def separable(model: Any, example_inputs: Any, opts: Options, shapes: Mapping[st
     whole = {big.name(v): a for v, a in interp.run(big, [feeds[big.name(v)] for v in big.inputs]).items()}
     got: dict[str, list[np.ndarray]] = {n: [] for n in outputs}
     for start, valid in ((0, p), (p, 1)):
-        chunk = [_chunk(feeds[small.name(v)], axes.get(small.name(v)), start, valid, p) for v in small.inputs]
+        chunk = [feeds[small.name(v)] if small.name(v) not in axes else
+                 slice_batch(feeds[small.name(v)], axes[small.name(v)], start, valid, p) for v in small.inputs]
         for v, a in interp.run(small, chunk).items():
             axis, per = outputs[small.name(v)]
             got[small.name(v)].append(np.take(a, range(valid * per), axis=axis))
@@ -150,17 +151,6 @@ def _output_axes(small: Graph, big: Graph, p: int) -> dict[str, tuple[int, int]]
                                 f"at batch {p + 1}: no one axis grows with the batch")
         out[small.name(vs)] = (grown[0], s[grown[0]] // p)
     return out
-
-
-def _chunk(a: np.ndarray, axis: int | None, start: int, valid: int, size: int) -> np.ndarray:
-    if axis is None:
-        return a
-    part = np.take(a, range(start, start + valid), axis=axis)
-    if valid < size:
-        pad = list(part.shape)
-        pad[axis] = size - valid
-        part = np.concatenate([part, np.zeros(pad, part.dtype)], axis=axis)
-    return part
 
 
 def _declared_inputs(model: Any, example_inputs: Any, opts: Options) -> tuple[list[str], dict[str, list]]:

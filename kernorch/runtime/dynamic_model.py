@@ -125,7 +125,7 @@ class DynamicModel:
         start = 0
         for size in cover:
             valid = min(size, n - start)
-            chunk = {k: (_slice(v, self.axes.inputs[k], start, valid, size) if k in self.axes.inputs else v)
+            chunk = {k: (slice_batch(v, self.axes.inputs[k], start, valid, size) if k in self.axes.inputs else v)
                      for k, v in feeds.items()}
             for name, t in self.profiles[size].run(chunk).items():
                 axis, per = self.axes.outputs[name]
@@ -218,7 +218,7 @@ def _int(x: Any) -> int:
     return int(x)
 
 
-def _slice(t, axis: int, start: int, valid: int, size: int):
+def slice_batch(t, axis: int, start: int, valid: int, size: int):
     """Samples ``start .. start+valid`` of ``t`` (a tensor or an array, kept as it is: the compiled
     model's fast path takes either) along ``axis``, padded with zeros to ``size`` (padding samples
     are never read back: the model is batch-separable)."""

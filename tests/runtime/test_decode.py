@@ -5,7 +5,6 @@ and onnxruntime running the same step models through the same loop agrees; the s
 loads back; a prompt that does not fit is one line."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -15,6 +14,8 @@ from kernorch.cli_common import EXIT_ERROR
 from kernorch.errors import InputError, KernorchError, SavedModelError
 from kernorch.frontend.decoder import decoder_step
 from kernorch.runtime.decode import Decoder
+
+from bench.decode import OrtStep  # onnxruntime running a step model with a compiled model's run()
 
 KW = dict(threads=2, progress=False, regions=False, providers=("torch",))
 SLOTS, CHUNK = 48, 8
@@ -44,19 +45,6 @@ def _reference(lm, prompt, new):
         return lm.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
 
 
-class OrtStep:
-    """onnxruntime running one step model, with a compiled model's run()."""
-
-    def __init__(self, proto):
-        self.sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-        self.input_names = [i.name for i in self.sess.get_inputs()]
-        self.names = [o.name for o in self.sess.get_outputs()]
-
-    def run(self, feeds):
-        outs = self.sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
-        return {n: torch.from_numpy(o) for n, o in zip(self.names, outs)}
-
-
 @pytest.fixture(scope="module")
 def gpt2():
     lm = _gpt2()
@@ -78,7 +66,7 @@ def test_onnxruntime_through_the_same_loop_agrees(gpt2):
     lm, dec = gpt2
     step, layout = decoder_step(lm, SLOTS, 1)
     prefill, _ = decoder_step(lm, SLOTS, CHUNK)
-    on_ort = Decoder(OrtStep(step), OrtStep(prefill), layout, SLOTS, CHUNK)
+    on_ort = Decoder(OrtStep(step, 2), OrtStep(prefill, 2), layout, SLOTS, CHUNK)
     prompt = torch.randint(0, 500, (1, 11), generator=torch.Generator().manual_seed(3))
     assert on_ort.generate(prompt, 20).tokens.tolist() == dec.generate(prompt, 20).tokens.tolist()
 
