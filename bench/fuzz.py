@@ -507,6 +507,23 @@ def _wide_conv(m: _Model, x: str, winograd: bool = False) -> str:
     return y
 
 
+def _depthwise_conv(m: _Model, x: str) -> str:
+    """A depthwise convolution (one channel per group, 3x3 or 5x5, stride 1 or 2) of an image fed
+    channels-last, with its bias and activation: codegen/depthwise.py's row tiles."""
+    n, c, h, w = m.shapes[x]
+    k = int(m.rng.choice([3, 5])) if min(h, w) >= 5 else 3
+    s = int(m.rng.integers(1, 3))
+    p = k // 2
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    inputs = [x, m.weights((c, 1, k, k), 1 / k)]
+    if m.rng.random() < 0.7:
+        inputs.append(m.weights((c,)))
+    y = m.node("Conv", inputs, (n, c, oh, ow), kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p], group=c)
+    if m.rng.random() < 0.5:
+        y = m.node(str(m.rng.choice(["Relu", "HardSwish"])), [y], m.shapes[y])
+    return y
+
+
 def _wide_matmul(m: _Model, x: str) -> str:
     """A product with panels of columns and remainders (16, 17, 31, 32, 33, 48 columns)."""
     shape = m.shapes[x]
@@ -619,8 +636,11 @@ def model_for(seed: int, max_ops: int = 6, profile: str = "templates"
     made = []
     if nchw is not None:
         x = m.node("Transpose", ["in0"], nchw, perm=[0, 3, 1, 2])
-        if rng.random() < 0.6:
+        first = rng.random()
+        if first < 0.4:
             made.append(_wide_conv(m, x, winograd=True))
+        elif first < 0.6:
+            made.append(_depthwise_conv(m, x))
     families = {**FAMILIES, **WIDE_FAMILIES} if wide else FAMILIES
     names = list(families)
     weights = np.array([families[f][2] for f in names], dtype=float)

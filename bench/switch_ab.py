@@ -1,6 +1,7 @@
 """End-to-end A/B of one of kernorch's A/B switches (SWITCHES: the Winograd 3x3 convolutions of
 kernorch/codegen/winograd.py, the activation layout pairs of kernorch/rewrite/layouts.py, the window
-sums written out tap by tap of kernorch/codegen/window.py; the code generator's two through
+sums written out tap by tap of kernorch/codegen/window.py, the depthwise row tiles of
+kernorch/codegen/depthwise.py; the code generator's three through
 CodegenOptions, the rewrite's as a module flag): a bench model compiled kn-own (measured costs, no
 provider regions) twice, with the switch on and off, each on its own tuning database, then both timed with onnxruntime
 and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
@@ -8,6 +9,7 @@ and OpenVINO (f32) in one process, interleaved (bench.peers.interleaved).
     python -m bench.switch_ab resnet50 [--switch winograd] [--small] [--repeats 20] [--db DIR] [--threads 2]
     python -m bench.switch_ab mobilenetv3_large --switch activation-pairs
     python -m bench.switch_ab poolformer_s12 --switch window-sums
+    python -m bench.switch_ab efficientnet_b0 --switch depthwise-tiles
 
 Prints a table; asserts nothing. The two compiles measure every candidate (minutes each): run it
 alone, nothing else on the machine.
@@ -26,7 +28,7 @@ from bench.run import load_model
 from kernorch.options import CodegenOptions
 from kernorch.rewrite import layouts
 
-SWITCHES = {"winograd": "winograd", "window-sums": "window_sums",  # name -> CodegenOptions field
+SWITCHES = {"winograd": "winograd", "window-sums": "window_sums", "depthwise-tiles": "depthwise_tiles",  # -> field
             "activation-pairs": (layouts, "PAIR_ACTIVATION_CUTS")}  # ... or (module, flag)
 
 

@@ -136,6 +136,7 @@ class CodegenOptions:
     gemm_short_k: int = 32  # products of a packed weight at most this long along k split rows only
     gemm_rows_first_bytes: int = 256 << 10  # ... and those of a packed weight up to this size with many row blocks
     windows_in_place: bool = True  # a convolution's row blocks of windows inside the image are read in place
+    depthwise_tiles: bool = True  # channels-last depthwise convolutions as register-blocked row tiles (depthwise.py)
 
     def changed(self) -> dict[str, Any]:
         """The fields that differ from their defaults."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from kernorch.codegen import literals
 from kernorch.codegen.amx import HELPERS as AMX_HELPERS
+from kernorch.codegen.depthwise import HELPERS as DEPTHWISE_HELPERS
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
@@ -113,7 +114,7 @@ static inline uint16_t kn_bf16_bits(float f) {
 static inline float kn_bf16_round(float f) { return kn_bf16_load(kn_bf16_bits(f)); }
 static inline uint16_t kn_bf16_high(float f) { union { float f; uint32_t u; } c = {f}; return (uint16_t)(c.u >> 16); }
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
-%(gemm)s%(winograd)s%(transpose)s%(amx)s""" % {"gemm": GEMM_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+%(gemm)s%(winograd)s%(depthwise)s%(transpose)s%(amx)s""" % {"gemm": GEMM_HELPERS, "depthwise": DEPTHWISE_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 

@@ -160,12 +160,12 @@ def product_of(g: Graph, prims: list[Prim], bf16: bool = False) -> Product | str
         if a.groups != 1 or len(x) < 3:
             return f"convolution {g.name(p.output)} is grouped or has no spatial dims"
         if any(k != 1 for k in w[2:]) or any(a.pads):
-            return _window_rows(g, producers, p)
+            return window_rows(g, producers, p)
         pixels = _pixel_rows(g, producers, p) or _computed_pixel_rows(g, producers, p)
         if pixels is not None:
             return pixels
         if any(s != 1 for s in a.strides):  # a strided 1x1 (a downsampling shortcut): channels-last as a window
-            window = _window_rows(g, producers, p)
+            window = window_rows(g, producers, p)
             if isinstance(window, Product) and window.window.channels_inner:
                 return window
         a_value = p.inputs[1]
@@ -228,7 +228,7 @@ def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None
                    (x[0],), pixel_rows=True)
 
 
-def _window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str:
+def window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str:
     """The 2-D convolution ``p`` with its pixels' windows as A's rows (``Window``): its image a
     strided view of a kernel input, its weight a constant (packed once in the window's order).
     Else why not."""

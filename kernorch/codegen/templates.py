@@ -4,6 +4,7 @@ holds); adding a kind of kernel is a module and one line here.
 
     winograd  3x3 convolutions with unit strides, Winograd F(6,3) (winograd.py)
     gemm      one matmul or convolution with its epilogue, packed-panel tiles (gemm.py)
+    depthwise channels-last depthwise convolutions as register-blocked row tiles (depthwise.py)
     loops     loop nests of memory-bound prims, stencil convolutions (loops.py): the catch-all
 
 Kernels no template takes are built elsewhere (build.py): a linear prim through the vendor
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kernorch.codegen import gemm, loops, winograd
+from kernorch.codegen import depthwise, gemm, loops, winograd
 from kernorch.codegen.template import Template
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Prim
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
-TEMPLATES: tuple[Template, ...] = (winograd.TEMPLATE, gemm.TEMPLATE, loops.TEMPLATE)
+TEMPLATES: tuple[Template, ...] = (winograd.TEMPLATE, gemm.TEMPLATE, depthwise.TEMPLATE, loops.TEMPLATE)
 
 
 def first(g: Graph, prims: list[Prim], outputs: Sequence[int],

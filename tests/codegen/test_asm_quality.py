@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from kernorch.codegen import gemm_helpers, toolchain
+from kernorch.codegen import depthwise, gemm_helpers, toolchain
 from tests.codegen.asm_loops import TILE_PROBES, Loop, functions, inner_loops
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"),
@@ -42,6 +42,10 @@ ZNVER4_ON_OLD_GCC = ["-march=znver3", "-mavx512f", "-mavx512dq", "-mavx512bw", "
 PROBES = TILE_PROBES + r"""
 void probe_dot_rows(int64_t mr, int64_t K, const float *a, int64_t lda, int64_t N, const float *w, float *t)
 { kn_dot_rows(mr, K, a, lda, N, w, t); }
+void probe_dw_1(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
+                const float *w, float *t) { kn_dw_inside(1, x, hs, ws, kh0, kh1, KW, sw, dw, w, t); }
+void probe_dw_2(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
+                const float *w, float *t) { kn_dw_inside(2, x, hs, ws, kh0, kh1, KW, sw, dw, w, t); }
 """
 
 
@@ -66,7 +70,7 @@ def _width(flags: list[str]) -> str:
 def compiled(request, tmp_path_factory):
     flags = _flags(request.param)
     src = tmp_path_factory.mktemp("asm") / "helpers.c"
-    src.write_text("#include <stdint.h>\n" + gemm_helpers.HELPERS + PROBES)
+    src.write_text("#include <stdint.h>\n" + gemm_helpers.HELPERS + depthwise.HELPERS + PROBES)
     asm = subprocess.run(["gcc", *flags, "-S", str(src), "-o", "-"], capture_output=True, text=True, check=True)
     return request.param, _width(flags), functions(asm.stdout)
 
@@ -116,6 +120,16 @@ def test_dot_products_keep_accumulators_in_registers(compiled):
         for n in range(1, n_max + 1):
             name = f"kn_dots_{p}_{n}"
             _check(target, width, _hot_loops(fns, (name,), width), p * n, name)
+
+
+@pytest.mark.parametrize("vectors", [1, 2])
+def test_depthwise_taps_keep_accumulators_in_registers(compiled, vectors):
+    """kn_dw_inside: one FMA per pixel and vector at each tap, the weight vectors loaded once a tap."""
+    target, width, fns = compiled
+    if width == "x":
+        pytest.skip("no FMA on this target")
+    name = f"probe_dw_{vectors}"
+    _check(target, width, _hot_loops(fns, (name, "kn_dw_inside"), width), depthwise.PIXELS * vectors, name)
 
 
 def test_the_checks_catch_a_split_memcpy_load():

@@ -46,6 +46,15 @@ def _matmul(m: int, k: int = 64, n: int = 96):
     return finish(b, b.matmul(b.input((1, m, k)), b.constant(rng.standard_normal((k, n)).astype(np.float32))))
 
 
+def _depthwise():
+    rng = np.random.default_rng(5)
+    b = Builder()
+    x = b.permute(b.input((1, 10, 10, 24)), (0, 3, 1, 2))
+    y = b.conv(x, b.constant(rng.standard_normal((24, 1, 3, 3)).astype(np.float32)), None,
+               ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 24))
+    return finish(b, b.permute(y, (0, 2, 3, 1)))
+
+
 def _avg_pool():
     b = Builder()
     x = b.input((1, 8, 14, 14))
@@ -53,11 +62,11 @@ def _avg_pool():
 
 
 # kernels whose code some switch decides: Winograd and windows read in place (convolutions), the
-# GEMM's prefetch and its split by rows (short along k; a small weight with many row blocks)
+# GEMM's prefetch and its split by rows (short along k; a small weight with many row blocks), depthwise row tiles
 KERNELS = {"conv3x3 channels-last": lambda: _conv(True), "conv3x3 NCHW": lambda: _conv(False, side=20),
            "matmul 24 rows": lambda: _matmul(24), "matmul k=16": lambda: _matmul(24, k=16),
            "matmul 1024 rows": lambda: _matmul(1024, k=48), "matmul 288 KiB weight": lambda: _matmul(512, 256, 288),
-           "average pool": _avg_pool}
+           "average pool": _avg_pool, "depthwise 3x3 channels-last": _depthwise}
 
 
 @pytest.fixture(scope="module")

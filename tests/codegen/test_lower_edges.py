@@ -72,7 +72,7 @@ def test_no_template_taking_a_feasible_kernel_names_each_templates_reason(monkey
         return f"refused {len(args[1])} prims writing {len(args[2])} outputs"
     fake = templates.Template("fake", refuse, lambda *a: None)
     kept = (*templates.TEMPLATES[:-1], fake)  # all but the catch-all, and one that refuses everything
-    assert [t.name for t in kept] == ["winograd", "gemm", "fake"]
+    assert [t.name for t in kept] == ["winograd", "gemm", "depthwise", "fake"]
     want = "; ".join(f"{t.name}: {t.why_not(g, prims, outputs, options)}" for t in kept)
     assert want.startswith("winograd: Winograd convolutions are switched off; gemm: ")
     assert want.endswith("; fake: refused 3 prims writing 2 outputs")

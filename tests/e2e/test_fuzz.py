@@ -27,8 +27,8 @@ REGRESSIONS = [
 ]
 V1_DIGEST = "1bf9d6d06eb25b29"  # fuzz.model_digest of seed 102514 (ops 8) as the generator drew it when it failed
 # (seed, strategy) of the templates profile whose plans hold a kernel of each template and variant below
-REACHING = [(1013, "optimal"), (1024, "unfused"), (1035, "optimal"), (1081, "optimal")]
-MUST_REACH = ["template winograd", "template gemm", "template loops", "gemm: row remainder",
+REACHING = [(1013, "optimal"), (1024, "unfused"), (1035, "optimal"), (1081, "optimal"), (1121, "optimal")]
+MUST_REACH = ["template winograd", "template gemm", "template depthwise", "template loops", "gemm: row remainder",
               "gemm: column remainder", "gemm: windows in place", "loops: stencil", "loops: window sums",
               "loops: layout tiles", "loops: reduce"]
 
