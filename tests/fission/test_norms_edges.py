@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnx_oracle import assert_one_dtype_per_elementwise_prim, check, node_model, run_kernorch
+from onnx_oracle import assert_close, assert_one_dtype_per_elementwise_prim, check, node_model, run_kernorch, run_ort
 from kernorch.errors import UnsupportedOpError
 from kernorch.frontend.onnx_import import import_onnx
 
@@ -105,3 +105,100 @@ def test_one_line_errors(model, msg):
     with pytest.raises(UnsupportedOpError) as e:
         import_onnx(model)
     assert str(e.value).endswith(msg) and "\n" not in str(e.value)
+
+
+# -- defaults, -rank axes, empty inputs, parameter dtypes (mutation testing of the rule bodies) ----
+
+def _bare(op, x_shape, opset=18, **attrs):
+    """One input x, no shape inference (ONNX refuses these nodes before kernorch sees them)."""
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x_shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("model,msg", [
+    (_bare("LpNormalization", [2, 3, 4], p=3), "p=3, only p=1 and p=2 are defined"),
+    (_bare("LpNormalization", [2, 3, 4], axis=3), "axis 3 out of range for rank 3"),
+    (_bare("Softmax", [2, 3, 4], opset=13, axis=3), "axis 3 out of range for rank 3"),
+    (_bare("MeanVarianceNormalization", [2, 3, 4], axes=[0, 3]), "axes [0, 3] out of range for rank 3"),
+    (_bare("LRN", [2, 3, 4, 5], size=-1), "size must be a positive integer, got -1"),
+])
+def test_more_one_line_errors(model, msg):
+    with pytest.raises(UnsupportedOpError) as e:
+        import_onnx(model)
+    assert str(e.value).endswith(f"'': {msg}") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("groups,scale,msg", [
+    (0, 6, "num_groups=0 does not divide the 6 channels"),
+    (-2, 6, "num_groups=-2 does not divide the 6 channels"),
+    (2, 4, "input 1 has shape (4,), expected (6,) at opset 21"),
+])
+def test_group_norm_refusals_name_the_numbers(groups, scale, msg):
+    ins = {"x": f32(2, 6, 5), "scale": f32(scale), "bias": f32(6)}
+    model = node_model("GroupNormalization", ins, opset=21, consts=["scale", "bias"], num_groups=groups)
+    with pytest.raises(UnsupportedOpError) as e:
+        run_kernorch(model, {"x": ins["x"]})
+    assert str(e.value).endswith(f"'': {msg}")
+
+
+def test_default_attributes():
+    """LpNormalization p=2 over the last axis, MeanVarianceNormalization over (0, 2, 3), GroupNormalization
+    epsilon 1e-5 (on small-variance groups, where epsilon matters)."""
+    check("LpNormalization", {"x": f32(3, 4, 5)}, opset=18)
+    x = f32(2, 3, 4, 5, scale=3, shift=5)
+    model = node_model("MeanVarianceNormalization", {"x": x}, axes=[0, 2, 3])  # ONNX's inference fails without
+    del model.graph.node[0].attribute[:]
+    assert_close(run_kernorch(model, {"x": x})[0], run_ort(model, {"x": x})[0])
+    ins = {"x": f32(2, 6, 5, scale=0.01), "scale": f32(6), "bias": f32(6)}
+    check("GroupNormalization", ins, opset=21, num_groups=3)
+
+
+@pytest.mark.parametrize("op,attrs", [("LpNormalization", {"axis": -3, "p": 1}), ("Softmax", {"axis": -3}),
+                                      ("LogSoftmax", {"axis": -3}), ("MeanVarianceNormalization", {"axes": [-3, 2]})])
+def test_axis_minus_rank(op, attrs):
+    check(op, {"x": f32(2, 3, 4, scale=2, shift=1)}, opset=18, **attrs)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (1, 1), (2, 1)], ids=str)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_of_empty_and_single_element_rows(op, shape):
+    (out,) = check(op, {"x": f32(*shape)}, opset=13)
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("const", [True, False])
+def test_batchnorm_inference_float16_input_float32_parameters(const):
+    """Y in X's dtype (float16), every elementwise prim in one dtype; against the formula."""
+    ins = {"x": f32(2, 3, 4, scale=2, shift=1).astype(np.float16), **_bn(3)}
+    consts = ["scale", "bias", "mean", "var"] if const else []
+    model = node_model("BatchNormalization", ins, opset=15, consts=consts)
+    (y,) = run_kernorch(model, {k: v for k, v in ins.items() if k not in consts})
+    assert y.dtype == np.float16
+    s = {k: ins[k].astype(np.float64).reshape(1, 3, 1) for k in ("scale", "bias", "mean", "var")}
+    want = (ins["x"].astype(np.float64) - s["mean"]) / np.sqrt(s["var"] + 1e-5) * s["scale"] + s["bias"]
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-2, atol=1e-2)
+    assert_one_dtype_per_elementwise_prim(model)
+
+
+def _dtypes(model):
+    g, _ = import_onnx(model)
+    return {t.dtype for t in g.types.values()}
+
+
+@pytest.mark.parametrize("op,opset,stash", [("RMSNormalization", 23, True), ("LayerNormalization", 17, True),
+                                            ("GroupNormalization", 21, True), ("GroupNormalization", 18, False)])
+@pytest.mark.parametrize("const", [True, False])
+def test_float16_statistics_in_the_stash_type(op, opset, stash, const):
+    """stash_type (default float32) from opset 21 on for GroupNormalization; before, float16 throughout.
+    The values agree either way to float16 accuracy: only the graph's dtypes tell."""
+    n_param = {"GroupNormalization": 2 if opset == 18 else 4}.get(op, 6)  # per group, per channel, last axis
+    ins = {"x": f32(2, 4, 6, scale=2, shift=3).astype(np.float16), "scale": f32(n_param).astype(np.float16)}
+    attrs = {"num_groups": 2} if op.startswith("Group") else {}
+    if op != "RMSNormalization":
+        ins["bias"] = f32(*ins["scale"].shape).astype(np.float16)
+    consts = [k for k in ins if k != "x"] if const else []
+    model = node_model(op, ins, opset=opset, consts=consts, **attrs)
+    assert _dtypes(model) == ({"float16", "float32"} if stash else {"float16"})
+    assert_one_dtype_per_elementwise_prim(model)
