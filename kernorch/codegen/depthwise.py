@@ -33,6 +33,8 @@ from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 BLOCK = 64  # output pixels of one row per tile, at most (a wider row is several tiles)
 PIXELS = 4  # pixels summed at once inside the row (KN_DW_PIXELS in the helper)
+TILE_FLOATS = 8192  # a tile's size, about (32 KiB: an L1 data cache); at least PIXELS pixels of every channel
+UNITS_PER_THREAD = 4  # fewer rows than this many per thread: a row's tile is cut into chunks of panels
 
 
 def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
@@ -73,11 +75,20 @@ class DepthwiseLowerer(GemmLowerer):
         prod: Product = window_rows(g, self.producers, lin)  # type: ignore[assignment]
         self.prod, win = prod, prod.window
         C, oh, ow = win.channels, g.types[lin.output].shape[2], win.out_width
-        nb = math.prod(prod.batch)
-        per_row = -(-ow // BLOCK)
+        nb, npan, taps = math.prod(prod.batch), -(-C // NR), math.prod(win.kernel)
+        # A tile holds every channel of a run of a row's pixels, so a unit reads its pixels' channels as one
+        # stream (by 32-channel panels, a stride-2 layer of 96 channels read 2 of every 6 lines at a time and ran
+        # 1.3x the loop nest). Only where rows are too few to share among the threads is a row's tile cut into
+        # chunks of panels (7x7 outputs).
+        rows = nb * oh
+        chunks = min(npan, -(-UNITS_PER_THREAD * self.threads // rows)) if rows < UNITS_PER_THREAD * self.threads else 1
+        per_chunk = -(-npan // chunks)
+        chunks = -(-npan // per_chunk)
+        channels = per_chunk * NR  # a tile's columns
+        width = min(ow, BLOCK, max(PIXELS, TILE_FLOATS // channels // PIXELS * PIXELS))
+        per_row = -(-ow // width)
         width = -(-ow // per_row)  # pixels per tile: a row's tiles as even as they go
-        self.mr, self.nr = width, NR
-        npan = -(-C // NR)
+        self.mr, self.nr = width, channels
 
         self.inline = set(self.producers) - {lin.output}
         self.guarded = self._selected_inputs()
@@ -85,23 +96,21 @@ class DepthwiseLowerer(GemmLowerer):
         weight = lin.inputs[1]
         self.pack(weight, win.weight_perm, NR)
 
-        # a unit: one tile of a row for one panel, panels innermost (a thread's run of units goes down the image,
-        # its kernel rows still in cache from the row before); a 7x7 output of 960 channels has 7 x 30 units
-        units = nb * oh * per_row * npan
+        units = rows * per_row * chunks  # chunks innermost: consecutive units read the same rows
         u = vs.new(units)
         sizes = vs.sizes
-        bt = ix.floordiv(ix.var(u), oh * per_row * npan, sizes)
-        out_row = ix.mod(ix.floordiv(ix.var(u), per_row * npan, sizes), oh, sizes)
-        col_in_row = indexing.normalize(ix.mod(ix.floordiv(ix.var(u), npan, sizes), per_row, sizes) * width, sizes)
+        bt = ix.floordiv(ix.var(u), oh * per_row * chunks, sizes)
+        out_row = ix.mod(ix.floordiv(ix.var(u), per_row * chunks, sizes), oh, sizes)
+        col_in_row = indexing.normalize(ix.mod(ix.floordiv(ix.var(u), chunks, sizes), per_row, sizes) * width, sizes)
         count = ix.minimum(ow - col_in_row, width, sizes)
         row0 = indexing.normalize(out_row * ow + col_in_row, sizes)
-        panel = ix.mod(ix.var(u), npan, sizes)
-        col0 = indexing.normalize(panel * NR, sizes)
-        cols = ix.minimum(C - col0, NR, sizes)
+        chunk = ix.mod(ix.var(u), chunks, sizes)
+        col0 = indexing.normalize(chunk * channels, sizes)
+        cols = ix.minimum(C - col0, channels, sizes)
         bidx = unflatten(bt, prod.batch, sizes)
 
-        r, c = vs.new(width), vs.new(NR)
-        self.tile_at = indexing.normalize(ix.var(r) * NR + ix.var(c), sizes)
+        r, c = vs.new(width), vs.new(channels)
+        self.tile_at = indexing.normalize(ix.var(r) * channels + ix.var(c), sizes)
         self.row = indexing.normalize(row0 + ix.var(r), sizes)
         self.col = indexing.normalize(col0 + ix.var(c), sizes)
         idx = prod.out_index(g, bidx, self.row, self.col, sizes)
@@ -109,36 +118,46 @@ class DepthwiseLowerer(GemmLowerer):
         epilogue = Loop(r, ix.const(0), count, (Loop(c, ix.const(0), cols, (*body.lets, *stores), simd=True),))
 
         _, hs, ws = win.strides
-        first = ix.const(prod.a_offset) + bt * prod.a_strides[0] + col0  # the panel's first channel, pixel (0, 0)
+        first = ix.const(prod.a_offset) + bt * prod.a_strides[0] + col0  # the chunk's first channel, pixel (0, 0)
         image = (self.buf[prod.a_src], indexing.normalize(first, sizes))
-        w_at = (self.buf[weight], indexing.normalize(panel * (math.prod(win.kernel) * NR), sizes))
+        w_at = (self.buf[weight], indexing.normalize(chunk * (per_chunk * taps * NR), sizes))
         shape = (win.height, win.width, hs, ws, *win.kernel, *win.conv_strides, *win.pads, *win.dilations)
-        tile = Call("kn_dw_tile", (count, out_row, col_in_row, image, *map(ix.const, shape), w_at, cols, "tl"))
-        par = Parallel(u, units, (tile, epilogue), (Decl("tl", "float32", width * NR),), threads=True)
+        tile = Call("kn_dw_tile", (count, out_row, col_in_row, image, *map(ix.const, shape), w_at, cols,
+                                   ix.const(channels), "tl"))
+        par = Parallel(u, units, (tile, epilogue), (Decl("tl", "float32", width * channels),), threads=True)
         comment, _ = self.describe()
         kh, kw = win.kernel
         note = (f"depthwise {kh}x{kw} convolution of {C} channels, {oh}x{ow} output: tiles of {width} pixels of a row "
-                f"x {NR} channels, {PIXELS} pixels at a time inside the image (read channels-last in place)")
+                f"x {channels} channels, {PIXELS} pixels at a time inside the image (read channels-last in place)")
         key = g.kernel_key(set(self.producers), self.outputs)
-        traits = {*(["row split"] if per_row > 1 else []), *(["column remainder"] if C % NR else []),
-                  *(["strided"] if win.conv_strides != (1, 1) else []), *(["batched"] if nb > 1 else []),
-                  *(["epilogue"] if len(self.prims) > 1 else [])}
+        traits = {*(["row split"] if per_row > 1 else []), *(["channel chunks"] if chunks > 1 else []),
+                  *(["column remainder"] if C % NR else []), *(["strided"] if win.conv_strides != (1, 1) else []),
+                  *(["batched"] if nb > 1 else []), *(["epilogue"] if len(self.prims) > 1 else [])}
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
                           inputs=tuple(self.ext), outputs=tuple(self.outputs), key=key, comment=comment,
                           workspace=0, notes=(note, *self.pack_notes()), packs=self.pack_specs(),
                           traits=tuple(sorted(traits)))
 
 
-HELPERS = f"""/* Depthwise convolution tile (codegen/depthwise.py): tile[p*{NR} + c] = the taps' sum for output pixel
-   (oh, ow0 + p), p < n, and channel c < cols of the panel whose first channel x and w point at. x: the image,
-   channels contiguous, rows hs and pixels ws elements apart; w: the panel, (kh*KW + kw)*{NR} + c. Kernel rows
-   outside the image are skipped for the whole row; pixels whose window lies inside the row sum
-   KN_DW_PIXELS at a time over V vectors of channels (V * KN_DW_PIXELS independent FMA chains: an FMA's
-   latency hidden), one FMA per tap and vector; the others check each tap. */
+HELPERS = f"""/* Depthwise convolution tile (codegen/depthwise.py): tile[p*ld + c] = the taps' sum for output pixel
+   (oh, ow0 + p), p < n, and channel c < cols from the one x and w point at. x: the image, channels contiguous,
+   rows hs and pixels ws elements apart; w: panels of {NR} channels, channel c's tap (kh, kw) at
+   (c / {NR})*KH*KW*{NR} + (kh*KW + kw)*{NR} + c % {NR}. Kernel rows outside the image are skipped for the whole
+   row; pixels whose window lies inside the row sum KN_DW_PIXELS at a time over V vectors of channels
+   (V * KN_DW_PIXELS independent FMA chains: an FMA's latency hidden), one FMA per tap and vector; a border
+   pixel sums the taps inside the row only. Channels past the last whole vector are summed one at a time. */
 #define KN_DW_PIXELS {PIXELS}
-static inline __attribute__((always_inline)) void kn_dw_inside(const int V, const float *restrict x, int64_t hs,
+#define KN_DW_PANEL_VECS ({NR} / KN_VW < 4 ? {NR} / KN_VW : 4)
+/* gcc's predictive commoning would carry each pixel's loads to the next tap (stride 1) in rotating registers:
+   more live vectors than AVX2 has, an accumulator spilled in the loop (144 channels at 56x56: 1.3x slower) */
+#if defined(__GNUC__) && !defined(__clang__)
+#define KN_DW_OPT __attribute__((optimize("no-predictive-commoning")))
+#else
+#define KN_DW_OPT
+#endif
+KN_DW_OPT static inline __attribute__((always_inline)) void kn_dw_inside(const int V, const float *restrict x, int64_t hs,
     int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw, const float *restrict w,
-    float *restrict tile) {{
+    float *restrict tile, int64_t ld) {{
   kn_vec acc[KN_DW_PIXELS][2];
 #pragma GCC unroll 8
   for (int q = 0; q < KN_DW_PIXELS; q++)
@@ -164,11 +183,27 @@ static inline __attribute__((always_inline)) void kn_dw_inside(const int V, cons
 #pragma GCC unroll 8
   for (int q = 0; q < KN_DW_PIXELS; q++)
 #pragma GCC unroll 2
-    for (int v = 0; v < V; v++) KN_STORE(tile + q * {NR} + v * KN_VW, acc[q][v]);
+    for (int v = 0; v < V; v++) KN_STORE(tile + q * ld + v * KN_VW, acc[q][v]);
 }}
-static void kn_dw_tile(int64_t n, int64_t oh, int64_t ow0, const float *restrict x, int64_t H, int64_t W,
+/* one border pixel over V vectors of channels (V independent chains), its taps [kw0, kw1) of each kernel row */
+static inline __attribute__((always_inline)) void kn_dw_pixel(const int V, const float *restrict x, int64_t hs,
+    int64_t ws, int64_t kh0, int64_t kh1, int64_t kw0, int64_t kw1, int64_t KW, int64_t dw, const float *restrict w,
+    float *restrict tile) {{
+  kn_vec acc[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; v++) acc[v] = (kn_vec){{0}};
+  for (int64_t kh = kh0; kh < kh1; kh++)
+    for (int64_t kw = kw0; kw < kw1; kw++)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; v++)
+        acc[v] = KN_FMA(KN_LOAD(x + kh * hs + kw * dw * ws + v * KN_VW), KN_LOAD(w + (kh * KW + kw) * {NR} + v * KN_VW),
+                        acc[v]);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; v++) KN_STORE(tile + v * KN_VW, acc[v]);
+}}
+KN_DW_OPT static void kn_dw_tile(int64_t n, int64_t oh, int64_t ow0, const float *restrict x, int64_t H, int64_t W,
                        int64_t hs, int64_t ws, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
-                       int64_t pw, int64_t dh, int64_t dw, const float *restrict w, int64_t cols,
+                       int64_t pw, int64_t dh, int64_t dw, const float *restrict w, int64_t cols, int64_t ld,
                        float *restrict tile) {{
   int64_t kh0 = 0, kh1 = KH;
   while (kh0 < KH && oh * sh - ph + kh0 * dh < 0) kh0++;
@@ -176,49 +211,54 @@ static void kn_dw_tile(int64_t n, int64_t oh, int64_t ow0, const float *restrict
   /* output columns whose every tap lies inside the row: [lo, hi) */
   const int64_t lo = (pw + sw - 1) / sw, last = W - 1 + pw - (KW - 1) * dw;
   const int64_t hi = last < 0 ? 0 : last / sw + 1;
-  const int64_t nv = cols / KN_VW * KN_VW;
+  const int64_t nv = cols / KN_VW * KN_VW, panel = KH * KW * {NR};
   const float *restrict xrow = x + (oh * sh - ph) * hs;  /* kernel row kh at xrow + kh * dh * hs */
-  for (int64_t c = 0; c < nv;) {{
-    const int V = c + 2 * KN_VW <= nv ? 2 : 1;
-    int64_t p = 0;
-    while (p < n) {{
-      const int64_t ow = ow0 + p;
-      if (ow >= lo && ow + KN_DW_PIXELS <= hi && p + KN_DW_PIXELS <= n) {{
-        const float *restrict xp = xrow + (ow * sw - pw) * ws + c;
-        if (V == 2) kn_dw_inside(2, xp, dh * hs, ws, kh0, kh1, KW, sw, dw, w + c, tile + p * {NR} + c);
-        else kn_dw_inside(1, xp, dh * hs, ws, kh0, kh1, KW, sw, dw, w + c, tile + p * {NR} + c);
-        p += KN_DW_PIXELS;
-        continue;
+  int64_t p = 0;
+  while (p < n) {{
+    const int64_t ow = ow0 + p;
+    const int block = ow >= lo && ow + KN_DW_PIXELS <= hi && p + KN_DW_PIXELS <= n ? KN_DW_PIXELS : 1;
+    if (block == KN_DW_PIXELS) {{
+      const float *restrict xp = xrow + (ow * sw - pw) * ws;
+      for (int64_t c = 0; c < nv;) {{
+        const float *restrict wc = w + c / {NR} * panel + c % {NR};
+        if (c + 2 * KN_VW <= nv) {{
+          kn_dw_inside(2, xp + c, dh * hs, ws, kh0, kh1, KW, sw, dw, wc, tile + p * ld + c, ld);
+          c += 2 * KN_VW;
+        }} else {{
+          kn_dw_inside(1, xp + c, dh * hs, ws, kh0, kh1, KW, sw, dw, wc, tile + p * ld + c, ld);
+          c += KN_VW;
+        }}
       }}
+    }} else {{
       /* a border pixel: the taps of each kernel row that lie inside the row, [kw0, kw1) */
       const int64_t left = pw - ow * sw, right = W - 1 + pw - ow * sw;
       const int64_t kw0 = left > 0 ? (left + dw - 1) / dw : 0;
       const int64_t kw1 = right < 0 ? 0 : (right / dw + 1 < KW ? right / dw + 1 : KW);
-      kn_vec acc[2] = {{(kn_vec){{0}}, (kn_vec){{0}}}};
-      for (int64_t kh = kh0; kh < kh1; kh++)
-        for (int64_t kw = kw0; kw < kw1; kw++) {{
-          const float *restrict xp = xrow + kh * dh * hs + (ow * sw - pw + kw * dw) * ws + c;
-          const float *restrict wp = w + (kh * KW + kw) * {NR} + c;
-          for (int v = 0; v < V; v++) acc[v] = KN_FMA(KN_LOAD(xp + v * KN_VW), KN_LOAD(wp + v * KN_VW), acc[v]);
+      const float *restrict xp = xrow + (ow * sw - pw) * ws;
+      for (int64_t c = 0; c < nv;) {{
+        const float *restrict wc = w + c / {NR} * panel + c % {NR};
+        if (c % {NR} == 0 && c + {NR} <= nv) {{  /* a whole panel: {NR} / KN_VW chains, at most 4 */
+          kn_dw_pixel(KN_DW_PANEL_VECS, xp + c, dh * hs, ws, kh0, kh1, kw0, kw1, KW, dw, wc, tile + p * ld + c);
+          c += KN_DW_PANEL_VECS * KN_VW;
+        }} else {{
+          kn_dw_pixel(1, xp + c, dh * hs, ws, kh0, kh1, kw0, kw1, KW, dw, wc, tile + p * ld + c);
+          c += KN_VW;
         }}
-      for (int v = 0; v < V; v++) KN_STORE(tile + p * {NR} + c + v * KN_VW, acc[v]);
-      p++;
-    }}
-    c += V * KN_VW;
-  }}
-  if (nv == cols) return;
-  for (int64_t p = 0; p < n; p++) {{
-    const int64_t ow = ow0 + p;
-    float acc[KN_VW] = {{0}};
-    for (int64_t kh = kh0; kh < kh1; kh++)
-      for (int64_t kw = 0; kw < KW; kw++) {{
-        const int64_t iw = ow * sw - pw + kw * dw;
-        if (iw < 0 || iw >= W) continue;
-        const float *restrict xp = xrow + kh * dh * hs + iw * ws;
-        const float *restrict wp = w + (kh * KW + kw) * {NR};
-        for (int64_t c = nv; c < cols; c++) acc[c - nv] = KN_FMAF(xp[c], wp[c], acc[c - nv]);
       }}
-    for (int64_t c = nv; c < cols; c++) tile[p * {NR} + c] = acc[c - nv];
+    }}
+    for (int q = 0; q < block; q++)  /* channels past the last whole vector */
+      for (int64_t c = nv; c < cols; c++) {{
+        const float *restrict wc = w + c / {NR} * panel + c % {NR};
+        float acc = 0;
+        for (int64_t kh = kh0; kh < kh1; kh++)
+          for (int64_t kw = 0; kw < KW; kw++) {{
+            const int64_t iw = (ow + q) * sw - pw + kw * dw;
+            if (iw >= 0 && iw < W)
+              acc = KN_FMAF(xrow[kh * dh * hs + iw * ws + c], wc[(kh * KW + kw) * {NR}], acc);
+          }}
+        tile[(p + q) * ld + c] = acc;
+      }}
+    p += block;
   }}
 }}
 """

@@ -43,9 +43,11 @@ PROBES = TILE_PROBES + r"""
 void probe_dot_rows(int64_t mr, int64_t K, const float *a, int64_t lda, int64_t N, const float *w, float *t)
 { kn_dot_rows(mr, K, a, lda, N, w, t); }
 void probe_dw_1(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
-                const float *w, float *t) { kn_dw_inside(1, x, hs, ws, kh0, kh1, KW, sw, dw, w, t); }
+                const float *w, float *t, int64_t ld) { kn_dw_inside(1, x, hs, ws, kh0, kh1, KW, sw, dw, w, t, ld); }
 void probe_dw_2(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
-                const float *w, float *t) { kn_dw_inside(2, x, hs, ws, kh0, kh1, KW, sw, dw, w, t); }
+                const float *w, float *t, int64_t ld) { kn_dw_inside(2, x, hs, ws, kh0, kh1, KW, sw, dw, w, t, ld); }
+void probe_dw_tile_2(const float *x, const float *w, float *t)  /* as a kernel calls it: 144 channels at 56x56 */
+{ kn_dw_tile(28, 5, 0, x, 56, 56, 8064, 144, 3, 3, 1, 1, 1, 1, 1, 1, w, 144, 160, t); }
 """
 
 
@@ -122,14 +124,17 @@ def test_dot_products_keep_accumulators_in_registers(compiled):
             _check(target, width, _hot_loops(fns, (name,), width), p * n, name)
 
 
-@pytest.mark.parametrize("vectors", [1, 2])
-def test_depthwise_taps_keep_accumulators_in_registers(compiled, vectors):
-    """kn_dw_inside: one FMA per pixel and vector at each tap, the weight vectors loaded once a tap."""
+@pytest.mark.parametrize("probe", ["dw_1", "dw_2", "dw_tile_2"])
+def test_depthwise_taps_keep_accumulators_in_registers(compiled, probe):
+    """kn_dw_inside: one FMA per pixel and vector at each tap, the weight vectors loaded once a tap; and the whole
+    tile as a kernel calls it, sizes constant (gcc's predictive commoning carried loads across taps there and
+    spilled an accumulator, until KN_DW_OPT turned it off)."""
     target, width, fns = compiled
     if width == "x":
         pytest.skip("no FMA on this target")
-    name = f"probe_dw_{vectors}"
-    _check(target, width, _hot_loops(fns, (name, "kn_dw_inside"), width), depthwise.PIXELS * vectors, name)
+    name, vectors = f"probe_{probe}", int(probe[-1])
+    names = (name, "kn_dw_inside", *(f for f in fns if f.startswith("kn_dw_tile")))
+    _check(target, width, _hot_loops(fns, names, width), depthwise.PIXELS * vectors, name)
 
 
 def test_the_checks_catch_a_split_memcpy_load():
