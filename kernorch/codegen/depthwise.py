@@ -4,12 +4,16 @@ Why: the loop-nest stencil (stencil.py inside loops.py) writes a depthwise convo
 flat loop over output pixels with a short SIMD loop over channels inside, so every pixel pays
 for its tap masks (a blend per tap and vector, even where no tap leaves the image), its clamped
 addresses and a division of the flat pixel index, and every partial sum makes a multiply and an
-add. Here a unit of work is a run of one output row's pixels; for each 32-channel panel,
-``kn_dw_tile`` sums the taps of the kernel rows that lie inside the image (decided once per row),
-four pixels at a time with one FMA per tap and vector where the whole window lies inside the
-row, one masked pixel at a time only at the borders, the weight read from panels packed once.
-The tile then goes through the GEMM's epilogue (bias, batch norm, activation, residual, layout),
-as Winograd's does.
+add. Here a unit of work is a run of one output row's pixels, every channel (a row is cut into
+chunks of channels only where rows are too few to share among the threads). ``kn_dw_tile`` sums
+the taps of the kernel rows that lie inside the image (decided once per row), four pixels x two
+vectors of channels at a time (8 independent FMA chains) where the whole window lies inside the
+row, and a border pixel over the taps inside the row only, a panel's vectors as separate chains;
+the weight is read from 32-channel panels packed once. The tile then goes through the GEMM's
+epilogue (bias, batch norm, activation, residual, layout), as Winograd's does.
+One Zen 3 core, `python -m bench.depthwise_micro --threads 1` (EfficientNet-B0's and MobileNetV3's
+layers with bias and ReLU): 1.51x the loop nest's speed and 2.0x oneDNN's, geomean of 14 shapes;
+stride-2 3x3 layers are level with the loop nest (reading the image bounds them).
 
 Taken for a 2-D convolution with one input channel per group and no channel multiplier, on
 float32, its image read in place from a kernel input with contiguous channels, a constant weight,
