@@ -12,16 +12,15 @@ and EfficientNet-B0's depthwise layers at 224x224.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 
 import numpy as np
 import torch
 
+from bench import micro
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs, Op
 from kernorch.options import CodegenOptions
-from kernorch.targets.gemm_check import generated_call, median_us
+from kernorch.targets.gemm_check import alternated_us, generated_call
 
 # name: (channels, output side, kernel, stride)
 SHAPES = {"16 @112 3x3": (16, 112, 3, 1), "32 @112 3x3": (32, 112, 3, 1), "96 @56 3x3/2": (96, 56, 3, 2),
@@ -52,24 +51,14 @@ def _calls(c: int, side: int, k: int, stride: int, threads: int, rng) -> list:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=3, help="alternations of the variants; the median is quoted")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = micro.parse(__doc__, argv)
     rng = np.random.default_rng(0)
-    print(f"threads={args.threads}, median over {args.rounds} alternated rounds of {args.repeat} calls, us")
     print(f"{'depthwise conv + relu':22} {'row tiles':>10} {'loop nest':>10} {'loops/tiles':>12} {'oneDNN':>10} "
           f"{'oneDNN/tiles':>13}")
     ratios = []
     for name, shape in SHAPES.items():
         calls = _calls(*shape, args.threads, rng)
-        times = [[] for _ in calls]
-        for _ in range(args.rounds):
-            for t, call in zip(times, calls):
-                t.append(median_us(call, args.repeat))
-        tiles, loops, onednn = (statistics.median(t) for t in times)
+        tiles, loops, onednn = alternated_us(calls, args.rounds, args.repeat)
         ratios.append((loops / tiles, onednn / tiles))
         print(f"{name:22} {tiles:10.1f} {loops:10.1f} {loops / tiles:12.2f} {onednn:10.1f} {onednn / tiles:13.2f}",
               flush=True)

@@ -14,18 +14,17 @@ on channels-last images, and its 3x3s at 28x28.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 
 import numpy as np
 import torch
 
+from bench import micro
 from kernorch.codegen import winograd
 from kernorch.codegen.facts import kernel_prims
 from kernorch.ir.graph import Builder
 from kernorch.ir.prims import ConvAttrs
 from kernorch.options import CodegenOptions
-from kernorch.targets.gemm_check import generated_call, median_us
+from kernorch.targets.gemm_check import alternated_us, generated_call
 
 # name: (Cin, Cout, side, kernel, stride, channels-last image)
 SHAPES = {"resnet50 stem 7x7/2": (3, 64, 224, 7, 2, False), "mobilenetv3 stem 3x3/2": (3, 16, 224, 3, 2, False),
@@ -62,24 +61,13 @@ def _case(cin: int, cout: int, side: int, k: int, stride: int, nhwc: bool, threa
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=3, help="alternations of the variants; the median is quoted")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args = micro.parse(__doc__, argv)
     rng = np.random.default_rng(0)
-    print(f"threads={args.threads}, median over {args.rounds} alternated rounds of {args.repeat} calls, us")
     print(f"{'convolution':26} {'in place':>10} {'copied':>10} {'copied/in place':>16} {'Winograd':>10} "
           f"{'in place/Winograd':>18} {'oneDNN':>10}")
     for name, shape in SHAPES.items():
         calls = _case(*shape, args.threads, rng)
-        times = [[] for _ in calls]
-        for _ in range(args.rounds):
-            for t, call in zip(times, calls):
-                if call is not None:
-                    t.append(median_us(call, args.repeat))
-        med = [statistics.median(t) if t else None for t in times]
+        med = alternated_us(calls, args.rounds, args.repeat)
         wino = (f"{med[2]:10.1f} {med[0] / med[2]:18.2f}" if med[2] else f"{'-':>10} {'-':>18}")
         print(f"{name:26} {med[0]:10.1f} {med[1]:10.1f} {med[1] / med[0]:16.2f} {wino} {med[3]:10.1f}", flush=True)
 

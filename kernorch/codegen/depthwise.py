@@ -27,12 +27,12 @@ import math
 from kernorch.codegen import indexing
 from kernorch.codegen.gemm import GemmLowerer
 from kernorch.codegen.gemm_helpers import NR
-from kernorch.codegen.gemm_product import Product, coords_of, unflatten, window_rows
+from kernorch.codegen.gemm_product import Product, epilogue_why_not, unflatten, window_rows
 from kernorch.codegen.kernel import Call, Decl, KernelSpec, Loop, Parallel
 from kernorch.codegen.template import Template
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.ir.prims import Op, Prim
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 BLOCK = 64  # output pixels of one row per tile, at most (a wider row is several tiles)
@@ -59,15 +59,7 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
         return prod
     if not prod.window.channels_inner:
         return f"the image of convolution {g.name(p.output)} is not channels-last"
-    coords = coords_of(g, prims, p)
-    if isinstance(coords, str):
-        return coords
-    for q in prims:
-        if q.output not in coords and q.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
-            return f"{q.op.value} cannot share a kernel with a depthwise tile"
-    if any(v not in coords for v in outputs):
-        return "a depthwise tile writes only the convolution and values computed from it"
-    return None
+    return epilogue_why_not(g, prims, p, outputs, "a depthwise tile", "the convolution")
 
 
 class DepthwiseLowerer(GemmLowerer):

@@ -50,8 +50,8 @@ import numpy as np
 from kernorch.codegen import amx, indexing
 from kernorch.codegen.gemm_helpers import MR, MR_NARROW, NR, NR_NARROW
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
-from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, constant_b, coords_of, is_bf16,
-                                           operand_batch, product_of, strided_operand, unflatten)
+from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, constant_b, coords_of, epilogue_why_not,
+                                           is_bf16, operand_batch, product_of, strided_operand, unflatten)
 from kernorch.codegen.linear import view_map
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Inliner
@@ -59,7 +59,7 @@ from kernorch.codegen.ssa import Body
 from kernorch.codegen.template import Template
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
-from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.ir.prims import Op, Prim
 from kernorch.options import DEFAULT_CODEGEN, CodegenOptions
 
 PANELS_INNER_BYTES = 1 << 20  # a packed window weight up to this size is read whole per row block
@@ -90,15 +90,7 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
         why = amx.why_not(g, prod)
         if why:
             return why
-    coords = coords_of(g, prims, lin)
-    if isinstance(coords, str):
-        return coords
-    for p in prims:
-        if p.output not in coords and p.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
-            return f"{p.op.value} cannot share a kernel with a generated GEMM"
-    if any(v not in coords for v in outputs):
-        return "a generated GEMM writes only the product and values computed from it"
-    return None
+    return epilogue_why_not(g, prims, lin, outputs, "a generated GEMM", "the product")
 
 
 class GemmLowerer(KernelLowerer):

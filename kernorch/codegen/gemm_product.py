@@ -317,6 +317,21 @@ def coords_of(g: Graph, prims: list[Prim], lin: Prim) -> dict[int, tuple[int | N
     return coords
 
 
+def epilogue_why_not(g: Graph, prims: list[Prim], lin: Prim, outputs, kernel: str, result: str) -> str | None:
+    """None when every member after ``lin`` can be written from its tile (``coords_of``), no other
+    reduction, linear or opaque prim is in the kernel and every output is computed from ``lin``;
+    else why not, naming the ``kernel`` ("a generated GEMM") and what it computes ("the product")."""
+    coords = coords_of(g, prims, lin)
+    if isinstance(coords, str):
+        return coords
+    for p in prims:
+        if p.output not in coords and p.kind in (Kind.REDUCE, Kind.LINEAR, Kind.OPAQUE):
+            return f"{p.op.value} cannot share a kernel with {kernel}"
+    if any(v not in coords for v in outputs):
+        return f"{kernel} writes only {result} and values computed from it"
+    return None
+
+
 def _permuted(m, c: tuple[int | None, ...]) -> tuple[int | None, ...] | None:
     """The coords (see ``coords_of``) of a view's output from its input's, when the view only
     permutes dims and adds or drops size-1 dims; else None."""

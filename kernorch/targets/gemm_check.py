@@ -50,6 +50,17 @@ def median_us(fn: Callable[[], object], repeat: int, before: Callable[[], object
     return statistics.median(times) * 1e6
 
 
+def alternated_us(calls: list, rounds: int, repeat: int) -> list[float | None]:
+    """Each call's median microseconds (``median_us``), the median over ``rounds`` rounds in which
+    the calls alternate, so that the machine's drift hits them alike; None for a call that is None."""
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for t, call in zip(times, calls):
+            if call is not None:
+                t.append(median_us(call, repeat))
+    return [statistics.median(t) if t else None for t in times]
+
+
 def generated_call(b: Builder, y: int, threads: int, feeds: list[np.ndarray], env: Env | None,
                    options: CodegenOptions = DEFAULT_CODEGEN) -> Callable[[], object]:
     """A call of the C kernel generated for all of ``b``'s graph (output ``y``) on ``feeds``."""
