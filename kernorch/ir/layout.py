@@ -72,8 +72,11 @@ class IndexMap:
             v = ix.evaluate(e, env)
             v = np.broadcast_to(np.asarray(v, dtype=np.int64), self.out_shape)
             idx.append(np.clip(v, 0, self.in_shape[d] - 1) if self.in_shape[d] > 0 else v)
-        out = x[tuple(idx)] if idx else np.broadcast_to(x, self.out_shape).copy()
-        out = np.array(out, copy=True)
+        if x.size == 0:  # nothing to read: every output element is masked out (a pad of an empty axis)
+            out = np.zeros(self.out_shape, x.dtype)
+        else:
+            out = x[tuple(idx)] if idx else np.broadcast_to(x, self.out_shape).copy()
+            out = np.array(out, copy=True)
         if self.mask:
             ok = np.ones(self.out_shape, dtype=bool)
             for c in self.mask:

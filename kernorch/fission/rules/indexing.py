@@ -95,7 +95,9 @@ def _pad_map(in_shape, begin, end, mode: str, value: float) -> layout.IndexMap:
     idx = []
     for d, n in enumerate(in_shape):
         j = ix.var(d) - begin[d]
-        if mode == "wrap" or n == 1:
+        if n == 0:  # an empty axis (never padded, the rule checks): the output is empty along it too
+            pass
+        elif mode == "wrap" or n == 1:
             j = ix.mod(j, n, out_shape)
         else:
             period = 2 * (n - 1)
