@@ -11,9 +11,11 @@ vectors of channels at a time (8 independent FMA chains) where the whole window 
 row, and a border pixel over the taps inside the row only, a panel's vectors as separate chains;
 the weight is read from 32-channel panels packed once. The tile then goes through the GEMM's
 epilogue (bias, batch norm, activation, residual, layout), as Winograd's does.
-One Zen 3 core, `python -m bench.depthwise_micro --threads 1` (EfficientNet-B0's and MobileNetV3's
-layers with bias and ReLU): 1.51x the loop nest's speed and 2.0x oneDNN's, geomean of 14 shapes;
-stride-2 3x3 layers are level with the loop nest (reading the image bounds them).
+On a 2-core Zen 3 VM, `python -m bench.depthwise_micro` (EfficientNet-B0's and MobileNetV3's layers with
+bias and ReLU, 2 threads): 1.41x the loop nest's speed and 2.2x oneDNN's, geomean of 14 shapes; the
+stride-2 and 3x3 layers at 14x14 are level with the loop nest (0.90-0.99x: reading the image bounds them).
+End to end, EfficientNet-B0 kn-own 21.5 -> 20.0 ms (`python -m bench.switch_ab efficientnet_b0 --switch
+depthwise-tiles`; onnxruntime 20.4 ms in the same run).
 
 Taken for a 2-D convolution with one input channel per group and no channel multiplier, on
 float32, its image read in place from a kernel input with contiguous channels, a constant weight,
