@@ -145,3 +145,18 @@ def test_every_elementwise_op_has_a_c_template():
     for op in INT_UNARY + INT_BINARY:
         if op.value not in cprint.ANY_EXPR and op not in (Op.FLOOR, Op.EXP, Op.ISNAN):
             assert op.value in cprint.INT_EXPR, op
+
+
+def test_float_sigmoid_is_within_2e7_of_the_exact_value_over_its_whole_range():
+    """The float kernel's sigmoid is a rational function clamped to [-18, 18] (c.py kn_sigmoidf), not
+    1 / (1 + exp(-x)): checked densely through the clamp's edges, the tails and tiny magnitudes against
+    float64 (scipy's expit), beyond the few random values the table above feeds it."""
+    import scipy.special
+
+    b = Builder()
+    x = np.concatenate([np.linspace(-40, 40, 200_003), np.linspace(-18.01, -17.99, 1001), np.linspace(17.99, 18.01, 1001),
+                        [1e-30, -1e-30, 1e-7, 88.0, -88.0, 1e30, -1e30]]).astype(np.float32)
+    (kernel,) = codegen.build_many([finish(b, b.unary(Op.SIGMOID, b.input(x.shape, "float32")))], num_threads=THREADS)
+    got = kernel.run([x])[0].numpy().astype(np.float64)
+    err = np.abs(got - scipy.special.expit(x.astype(np.float64)))
+    assert err.max() < 2e-7, (float(err.max()), float(x[err.argmax()]))
