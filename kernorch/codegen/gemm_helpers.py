@@ -24,6 +24,8 @@ typedef float kn_vec __attribute__((vector_size(4 * KN_VW), aligned(4), may_alia
 #define KN_LOAD(p) (*(const kn_vec *)(p))
 #define KN_STORE(p, v) (*(kn_vec *)(p) = (v))
 #define KN_ACCS 12
+/* Independent sums that keep the FMA units busy: latency 4 x 2 ports on Zen 3-5 and Intel since Skylake. */
+#define KN_CHAINS 8
 /* c + a * b rounded once. Written as the ISA's FMA builtin, not as a*b + c left to contraction: gcc's Zen
    tunings (avoid_fma_chains) turn a contracted multiply-add on one accumulator's chain into a multiply and
    an add, which rounds twice (the reference interpreter and the other tunings round once). */
@@ -184,41 +186,66 @@ def _tile(name: str, mr: int, nr: int, offsets: bool) -> str:
 
     A row of the tile is ``nr / KN_VW`` vectors; a pass sums KN_ACCS accumulators: at most two
     vectors of columns (``{NAME}_PASS_VECS``) on ``{NAME}_PASS_ROWS`` rows, each pass a copy of
-    ``{name}_rows`` specialized for its row count (a switch), so the accumulators of a partial tile
-    stay in registers too. Two vectors a row keep the pass in 16 registers (12 accumulators, 2 of B,
-    1 broadcast of A: the 6x16 tile of AVX2 BLAS kernels); 3 rows x 4 vectors would need 17, and
+    ``{name}_rows1`` specialized for its row count (a switch), so the accumulators of a partial tile
+    stay in registers too; a pass of one to four rows (a remainder, a one-row product) sums every 2nd
+    or 4th k into a set of its own (``{name}_rows2/4``): R x 2 sums alone would each wait for the
+    last FMA's result (4 cycles) while both FMA units idle. Two vectors a row keep the pass in 16
+    registers (12 accumulators, 2 of B, 1 broadcast of A: the 6x16 tile of AVX2 BLAS kernels); 3 rows
+    x 4 vectors would need 17, and
     gcc's znver3 tuning then folds every B load into its FMA (15 loads for 12 FMAs a k step, 1.2-1.7x
     slower on Zen 3). With AVX-512 a pass is the whole tile width, as before."""
     nv, rows, vecs = f"({nr} / KN_VW)", f"{name.upper()}_PASS_ROWS", f"{name.upper()}_PASS_VECS"
     args = ("int64_t K, const float *restrict a, int64_t lda, " + ("const int32_t *restrict wo, " if offsets else "")
             + "const float *restrict bp, float *restrict tile, int64_t pf")
-    at = "a[r * lda + wo[k]]" if offsets else "a[r * lda + k]"
     unroll = f"#pragma GCC unroll {max(mr, 32)}"
-    rows_fn = "\n".join([
-        _contracting(f"static inline __attribute__((always_inline)) void {name}_rows(const int R, {args}) {{"),
-        f"  kn_vec acc[{rows}][{vecs}];",
-        unroll, f"  for (int r = 0; r < R; r++)", unroll,
-        f"    for (int v = 0; v < {vecs}; v++) acc[r][v] = (kn_vec){{0}};",
-        "  for (int64_t k = 0; k < K; k++) {",
-        f"    if (pf) for (int v = 0; v < {nr}; v += 16) __builtin_prefetch(bp + pf + k * {nr} + v, 0, 2);",
-        f"    kn_vec b[{vecs}];", unroll,
-        f"    for (int v = 0; v < {vecs}; v++) b[v] = KN_LOAD(bp + k * {nr} + v * KN_VW);", unroll,
-        "    for (int r = 0; r < R; r++) {",
-        f"      const float x = {at};", unroll,
-        f"      for (int v = 0; v < {vecs}; v++) acc[r][v] += x * b[v];",
-        "    }",
-        "  }", unroll,
-        "  for (int r = 0; r < R; r++)", unroll,
-        f"    for (int v = 0; v < {vecs}; v++) KN_STORE(tile + r * {nr} + v * KN_VW, acc[r][v]);",
-        "}"])
+
+    def step(indent: str, s: str, k: str) -> list[str]:
+        """One k step of the pass into the accumulator set ``s``."""
+        at = f"a[r * lda + wo[{k}]]" if offsets else f"a[r * lda + {k}]"
+        return [f"{indent}if (pf) for (int v = 0; v < {nr}; v += 16) "
+                f"__builtin_prefetch(bp + pf + ({k}) * {nr} + v, 0, 2);",
+                f"{indent}kn_vec b[{vecs}];", unroll,
+                f"{indent}for (int v = 0; v < {vecs}; v++) b[v] = KN_LOAD(bp + ({k}) * {nr} + v * KN_VW);", unroll,
+                f"{indent}for (int r = 0; r < R; r++) {{",
+                f"{indent}  const float x = {at};", unroll,
+                f"{indent}  for (int v = 0; v < {vecs}; v++) acc[{s}][r][v] += x * b[v];",
+                f"{indent}}}"]
+
+    def rows_fn(sets: int) -> str:
+        """``{name}_rows{sets}``: the pass with every ``sets``-th k summed into accumulators of its own,
+        added up at the end."""
+        head = f"static inline __attribute__((always_inline)) void {name}_rows{sets}(const int R, {args}) {{"
+        lines = [_contracting(head),
+                 f"  kn_vec acc[{sets}][{rows}][{vecs}];", unroll,
+                 f"  for (int s = 0; s < {sets}; s++)", unroll, "  for (int r = 0; r < R; r++)", unroll,
+                 f"    for (int v = 0; v < {vecs}; v++) acc[s][r][v] = (kn_vec){{0}};",
+                 "  int64_t k = 0;",
+                 f"  for (; k + {sets} <= K; k += {sets}) {{"]
+        if sets == 1:
+            lines += step("    ", "0", "k")
+        else:
+            lines += [unroll, f"    for (int s = 0; s < {sets}; s++) {{", *step("      ", "s", "k + s"), "    }"]
+        lines.append("  }")
+        if sets > 1:
+            lines += ["  for (; k < K; k++) {", *step("    ", "0", "k"), "  }", unroll,
+                      f"  for (int s = 1; s < {sets}; s++)", unroll, "  for (int r = 0; r < R; r++)", unroll,
+                      f"    for (int v = 0; v < {vecs}; v++) acc[0][r][v] += acc[s][r][v];"]
+        lines += [unroll, "  for (int r = 0; r < R; r++)", unroll,
+                  f"    for (int v = 0; v < {vecs}; v++) KN_STORE(tile + r * {nr} + v * KN_VW, acc[0][r][v]);", "}"]
+        return "\n".join(lines)
+
     call = ("K, a + r0 * lda, lda, " + ("wo, " if offsets else "")
             + f"bp + c0, tile + r0 * {nr} + c0, r0 || c0 ? 0 : pf")
-    cases = "\n".join(f"#if {c} <= {rows}\n      case {c}: {name}_rows({c}, {call}); break;\n#endif"
+    # a pass of c rows sums in 4 or 2 sets of accumulators where that many still make at most KN_CHAINS
+    cases = "\n".join(f"#if {c} <= {rows}\n      case {c}:\n"
+                       + "\n".join(f"        {'if' if n == 4 else 'else if'} ({c} * {vecs} * {n} <= KN_CHAINS) "
+                                   f"{name}_rows{n}({c}, {call});" for n in (4, 2))
+                       + f"\n        else {name}_rows1({c}, {call});\n        break;\n#endif"
                        for c in range(1, mr + 1))
     return "\n".join([
         f"#define {vecs} ({nv} < 2 ? {nv} : 2)",
         f"#define {rows} (KN_ACCS / {vecs} < {mr} ? KN_ACCS / {vecs} : {mr})",
-        rows_fn,
+        *(rows_fn(n) for n in (1, 2, 4)),
         _contracting(f"static void {name}(int64_t mr, {args}) {{"),
         f"  for (int64_t c0 = 0; c0 < {nr}; c0 += {vecs} * KN_VW)",
         f"  for (int64_t r0 = 0; r0 < mr; r0 += {rows})",

@@ -42,6 +42,8 @@ ZNVER4_ON_OLD_GCC = ["-march=znver3", "-mavx512f", "-mavx512dq", "-mavx512bw", "
 PROBES = TILE_PROBES + r"""
 void probe_dot_rows(int64_t mr, int64_t K, const float *a, int64_t lda, int64_t N, const float *w, float *t)
 { kn_dot_rows(mr, K, a, lda, N, w, t); }
+void __attribute__((flatten)) probe_tile_1row(int64_t K, const float *a, const float *bp, float *t)
+{ kn_gemm_tile(1, K, a, K, bp, t, 0); }  /* a one-row product (a classifier head, a decoding step) */
 void probe_dw_1(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
                 const float *w, float *t, int64_t ld) { kn_dw_inside(1, x, hs, ws, kh0, kh1, KW, sw, dw, w, t, ld); }
 void probe_dw_2(const float *x, int64_t hs, int64_t ws, int64_t kh0, int64_t kh1, int64_t KW, int64_t sw, int64_t dw,
@@ -87,18 +89,21 @@ def _hot_loops(fns: dict[str, list[str]], names: tuple[str, ...], width: str) ->
 
 def _check(target: str, width: str, loops: list[Loop], accumulators: int, what: str) -> None:
     assert loops, f"{target}: {what} has no loop of {width}mm FMAs"
-    most = max(lp.packed_products(width) for lp in loops)
-    assert most % accumulators == 0 and most <= 4 * accumulators, \
-        f"{target}: {what}'s main loop should have {accumulators} {width}mm FMAs a k step (one per accumulator, " \
-        f"unrolled at most 4 times): {[lp.packed_products(width) for lp in loops]}"
+    counts = [lp.packed_products(width) for lp in loops]
+    # the main loop: one FMA per accumulator a k step, unrolled at most 4 times; a tile's other loops are
+    # its partial passes (fewer rows, or every 2nd or 4th k of a few) and their tails
+    mains = [lp for lp, n in zip(loops, counts) if n % accumulators == 0 and n <= 4 * accumulators]
+    assert mains, f"{target}: {what}'s main loop should have {accumulators} {width}mm FMAs a k step (one per " \
+                  f"accumulator, unrolled at most 4 times): {counts}"
     for lp in loops:
         assert not lp.vector_stack_traffic(), f"{target}: {what} spills vectors in a hot loop: " \
                                               f"{lp.vector_stack_traffic()[:3]}"
         assert not lp.narrow_moves(width), f"{target}: {what} moves {width}mm vectors in halves: " \
                                            f"{lp.narrow_moves(width)[:3]}"
-        # the main loop only: gcc's Zen tunings fold B's loads into the FMAs of a partial pass (fewer rows,
-        # registers to spare) too, a tail that runs for a tile's last rows
-        assert lp.packed_products(width) < most or not lp.repeated_reads(), \
+    # the main loop only: gcc's Zen tunings fold B's loads into the FMAs of a partial pass (fewer rows,
+    # registers to spare) too, a tail that runs for a tile's last rows
+    for lp in mains:
+        assert not lp.repeated_reads(), \
             f"{target}: {what} reloads values it should keep in registers: {lp.repeated_reads()[:3]}"
 
 
@@ -108,8 +113,17 @@ def test_gemm_tiles_keep_accumulators_in_registers(compiled, tile):
     if width == "x":
         pytest.skip("no FMA on this target")
     probe = "probe_" + tile.removeprefix("kn_gemm_")
-    loops = _hot_loops(fns, (probe, tile, tile + "_pass", tile + "_rows"), width)
+    loops = _hot_loops(fns, (probe, tile, tile + "_pass", *(f"{tile}_rows{n}" for n in (1, 2, 4))), width)
     _check(target, width, loops, 12, tile)
+
+
+def test_a_one_row_pass_sums_enough_chains_to_fill_the_fma_units(compiled):
+    """A pass of one row and two vectors sums every 4th k into its own pair of accumulators: KN_CHAINS (8)
+    independent FMAs a step rather than 2, each waiting 4 cycles on the one before it."""
+    target, width, fns = compiled
+    if width == "x":
+        pytest.skip("no FMA on this target")
+    _check(target, width, _hot_loops(fns, ("probe_tile_1row",), width), 8, "a one-row pass")
 
 
 def test_dot_products_keep_accumulators_in_registers(compiled):
@@ -147,7 +161,7 @@ def test_the_checks_catch_a_split_memcpy_load():
     flags = _flags("rocketlake")
     asm = subprocess.run(["gcc", *flags, "-S", "-x", "c", "-", "-o", "-"], input="#include <stdint.h>\n" + slow
                          + PROBES, capture_output=True, text=True, check=True).stdout
-    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "z")
+    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows1"), "z")
     with pytest.raises(AssertionError, match="spills|halves|main loop"):
         _check("rocketlake", "z", loops, 12, "kn_gemm_tile")
 
@@ -160,9 +174,19 @@ def test_the_checks_catch_a_tile_wider_than_the_registers():
     assert wide != gemm_helpers.HELPERS
     asm = subprocess.run(["gcc", *_flags("znver3"), "-S", "-x", "c", "-", "-o", "-"], input="#include <stdint.h>\n"
                          + wide + PROBES, capture_output=True, text=True, check=True).stdout
-    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows"), "y")
+    loops = _hot_loops(functions(asm), ("probe_tile", "kn_gemm_tile", "kn_gemm_tile_rows1"), "y")
     with pytest.raises(AssertionError, match="reloads|spills"):
         _check("znver3", "y", loops, 12, "kn_gemm_tile")
+
+
+def test_the_checks_catch_a_one_row_pass_of_two_chains():
+    """The one-row check fails on the pass before c29: one row summed k after k in two accumulators."""
+    serial = gemm_helpers.HELPERS.replace("#define KN_CHAINS 8", "#define KN_CHAINS 0")
+    assert serial != gemm_helpers.HELPERS
+    asm = subprocess.run(["gcc", *_flags("znver3"), "-S", "-x", "c", "-", "-o", "-"], input="#include <stdint.h>\n"
+                         + serial + PROBES, capture_output=True, text=True, check=True).stdout
+    with pytest.raises(AssertionError, match="main loop"):
+        _check("znver3", "y", _hot_loops(functions(asm), ("probe_tile_1row",), "y"), 8, "a one-row pass")
 
 
 def _requantized_add(dtype: str):
