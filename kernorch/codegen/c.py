@@ -33,7 +33,7 @@ MEMORY_CTYPE = {**CTYPE, "bfloat16": "uint16_t"}  # the element type of a buffer
 # it costs a misprediction per element (15x on a max pool).
 FLOAT_EXPR = {
     "neg": "(-{0})", "abs": "fabs{f}({0})", "exp": "exp{f}({0})", "log": "log{f}({0})", "sqrt": "sqrt{f}({0})",
-    "recip": "(1.0{F} / {0})", "tanh": "tanh{f}({0})", "erf": "erf{f}({0})",
+    "recip": "(1.0{F} / {0})", "tanh": "tanh{f}({0})", "erf": "kn_erf{f}({0})",
     "sigmoid": "kn_sigmoid{f}({0})",
     "softplus": "(({0} > 0 ? {0} : 0) + log1p{f}(exp{f}(-fabs{f}({0}))))",
     "relu": "((({0} > 0) | ({0} != {0})) ? {0} : 0)", "floor": "floor{f}({0})", "ceil": "ceil{f}({0})",
@@ -128,6 +128,20 @@ static inline float kn_sigmoidf(float x) {
   q = KN_FMAF(q, x2, 1.16817656904453e-01f); q = KN_FMAF(q, x2, 9.93151921023180e-01f);
   return p * x / q + 0.5f; }
 static inline double kn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* erf in float as a rational function of x (Eigen's and XLA's: odd, clamped to [-4, 4], |error| < 4e-7): GELU
+   over 1.2M floats 0.90 -> 0.47 ms against libmvec's erff (Zen 3, 2 threads). */
+static inline float kn_erff(float x) {
+  x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
+  const float x2 = x * x;
+  float p = KN_FMAF(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
+  p = KN_FMAF(p, x2, -2.10102402082508e-06f); p = KN_FMAF(p, x2, -5.69250639462346e-05f);
+  p = KN_FMAF(p, x2, -7.34990630326855e-04f); p = KN_FMAF(p, x2, -2.95459980854025e-03f);
+  p = KN_FMAF(p, x2, -1.60960333262415e-02f);
+  float q = KN_FMAF(x2, -1.45660718464996e-05f, -2.13374055278905e-04f);
+  q = KN_FMAF(q, x2, -1.68282697438203e-03f); q = KN_FMAF(q, x2, -7.37332916720468e-03f);
+  q = KN_FMAF(q, x2, -1.42647390514189e-02f);
+  return x * p / q; }
+static inline double kn_erf(double x) { return erf(x); }
 %(winograd)s%(depthwise)s%(transpose)s%(amx)s""" % {"gemm": GEMM_HELPERS, "depthwise": DEPTHWISE_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
