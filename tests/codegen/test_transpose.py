@@ -1,10 +1,13 @@
 """Layout conversions run whole 16x16 tiles through ``kn_transpose16`` (codegen/transpose.py) and
 the ragged edges through the generic loops: permutations of many shapes match the reference
 interpreter exactly, the helper is used where there are whole tiles, and the helper itself (the
-AVX-512 shuffles and the scalar fallback, each compiled on its own) is a transpose."""
+AVX-512 shuffles, AVX2's 8x8 blocks and the scalar fallback, each compiled on its own) is a
+transpose."""
 
 import ctypes
+import platform
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -62,11 +65,14 @@ def test_a_strided_slice_is_transposed_from_its_offset():
     assert len(calls) == 1 and re.search(r"\+ 215\), 70, \(out0 .*\), 33\);$", calls[0]), calls
 
 
-@pytest.mark.parametrize("flags", [[], ["-mno-avx512f"]], ids=["native", "no-avx512"])
+_PROBE = "\nvoid run(const float *s, int64_t ss, float *d, int64_t ds) { kn_transpose16(s, ss, d, ds); }\n"
+
+
+@pytest.mark.parametrize("flags", [[], ["-mno-avx512f"], ["-mno-avx512f", "-mno-avx"]],
+                         ids=["native", "no-avx512", "no-avx"])
 def test_the_helper_is_a_transpose(tmp_path, flags):
     src = tmp_path / "t.c"
-    src.write_text("#include <stdint.h>\n" + HELPER + "\nvoid run(const float *s, int64_t ss, float *d, int64_t ds)"
-                   " { kn_transpose16(s, ss, d, ds); }\n")
+    src.write_text("#include <stdint.h>\n" + HELPER + _PROBE)
     lib = tmp_path / "t.so"
     subprocess.run([compiler(), "-O2", "-march=native", *flags, "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
     run = ctypes.CDLL(str(lib)).run
@@ -76,3 +82,12 @@ def test_the_helper_is_a_transpose(tmp_path, flags):
         ctypes.c_int64(19))
     np.testing.assert_array_equal(dst[:, :16], src_rows[:, :16].T)
     assert (dst[:, 16:] == -1).all()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"), reason="x86 assembly")
+def test_avx2_blocks_are_transposed_in_registers():
+    """With AVX2 (and no AVX-512) a 16x16 block is four 8x8 transposes of ymm shuffles, not 256 scalar
+    moves (the fallback a layout conversion ran on Zen 3 before)."""
+    asm = subprocess.run(["gcc", "-O3", "-march=x86-64-v3", "-S", "-x", "c", "-", "-o", "-"], capture_output=True,
+                         text=True, check=True, input="#include <stdint.h>\n" + HELPER + _PROBE).stdout
+    assert "vperm2f128" in asm and "vunpcklps" in asm and "vmovss" not in asm
