@@ -116,7 +116,7 @@ static inline uint16_t kn_bf16_high(float f) { union { float f; uint32_t u; } c 
 static inline void *kn_alloc(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64); }
 %(gemm)s/* Sigmoid and tanh. In float through a rational function of x (MLAS's logistic: sigmoid(x) - 1/2, odd, clamped
    to [-18, 18]; |error| < 2e-7, NaN kept): ~13 multiply-adds and a division that gcc vectorizes inline, where
-   libmvec costs more (Zen 3, 2 threads, 1.2M floats: a SiLU 0.60 -> 0.38 ms; tanh 0.91 -> 0.36 ms). */
+   libmvec costs 1.9-2.6x more (`python -m bench.math_micro`: a SiLU, tanh over 1.2M floats; Zen 3). */
 static inline float kn_logistic_odd(float x) {
   x = x < -18.0f ? -18.0f : (x > 18.0f ? 18.0f : x);
   const float x2 = x * x;
@@ -132,7 +132,7 @@ static inline float kn_tanhf(float x) { return 2.0f * kn_logistic_odd(2.0f * x);
 static inline double kn_tanh(double x) { return tanh(x); }
 static inline double kn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 /* erf in float as a rational function of x (Eigen's and XLA's: odd, clamped to [-4, 4], |error| < 4e-7): GELU
-   over 1.2M floats 0.90 -> 0.47 ms against libmvec's erff (Zen 3, 2 threads). */
+   over 1.2M floats 2.1x faster than with libmvec's erff (bench.math_micro, Zen 3). */
 static inline float kn_erff(float x) {
   x = x < -4.0f ? -4.0f : (x > 4.0f ? 4.0f : x);
   const float x2 = x * x;
