@@ -77,8 +77,23 @@ class Vars:
         return len(self.sizes) - 1
 
     def subst(self, e: ix.Expr, mapping: dict[int, ix.Expr]) -> ix.Expr:
-        values = [mapping.get(i, ix.var(i)) for i in range(len(self.sizes))]
-        return indexing.normalize(ix.substitute(e, values, self.sizes), self.sizes)
+        """``e`` with the variables of ``mapping`` replaced, the others kept (looked up per variable
+        read: a kernel's lowering makes thousands of variables, and listing them all per call was
+        most of its time)."""
+        return indexing.normalize(ix.substitute(e, _Kept(mapping), self.sizes), self.sizes)
+
+
+class _Kept:
+    """``mapping[i]``, else variable ``i`` itself: the values ix.substitute reads."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: dict[int, ix.Expr]) -> None:
+        self.mapping = mapping
+
+    def __getitem__(self, i: int) -> ix.Expr:
+        e = self.mapping.get(i)
+        return ix.var(i) if e is None else e
 
 
 def make_schedule(g: Graph, prims: list[Prim], outputs: list[int], vs: Vars, threads: int = 1, *,
