@@ -1,5 +1,6 @@
 """Edges of the convolutions written out tap by tap (codegen/stencil.py): the refusal reasons word
-for word (no spatial dims, not floats, too many taps) and the bound itself (MAX_TAPS taps are
+for word (no spatial dims, not floats, too many taps, a channel-mixing convolution of more than
+MAX_DENSE_MACS multiply-adds) and the bound itself (MAX_TAPS taps are
 written out), two input channels per group, outputs whose every tap lies in the padding (only the
 bias, or zero), the recomputation weight, against the reference interpreter; and the count of how
 often an operand is computed (Inliner.repeats): its distinct taps inside a convolution's window,
@@ -40,6 +41,18 @@ def test_refusal_reasons_name_the_convolution():
     assert stencil.why_not(g, flat) == "convolution flat has no spatial dims"
     assert stencil.why_not(g, ints) == "convolution ints is not on floats"
     assert stencil.why_not(g, wide) == "convolution wide has 75 taps per output (C stencils take <= 64)"
+    dense = _conv_prim(b, b.input((1, 64, 32, 32)), (64, 64, 1, 1), (1, 64, 32, 32), name="dense")
+    assert stencil.why_not(g, dense) == ("convolution dense mixes 64 channels per group in 4194304 multiply-adds "
+                                         "(C stencils of such take <= 65536: a GEMM reuses their operands)")
+    # the bound: a squeeze-excitation convolution on one pixel, and a depthwise one of any size, are stencils
+    excite = _conv_prim(b, b.input((1, 32, 1, 1)), (120, 32, 1, 1), (1, 120, 1, 1), name="excite")
+    at_bound = _conv_prim(b, b.input((1, 64, 1, 1)), (1024, 64, 1, 1), (1, 1024, 1, 1), name="at_bound")
+    over = _conv_prim(b, b.input((1, 64, 1, 1)), (1025, 64, 1, 1), (1, 1025, 1, 1), name="over")
+    assert stencil.why_not(g, excite) is None and stencil.why_not(g, at_bound) is None
+    assert "65600 multiply-adds" in stencil.why_not(g, over)
+    depthwise = b.conv(b.input((1, 256, 64, 64)), b.constant(_weight((256, 1, 5, 5))), None,
+                       ConvAttrs((1, 1), (2, 2, 2, 2), (1, 1), 256))
+    assert stencil.why_not(g, next(p for p in g.prims if p.output == depthwise)) is None
     mm = b.matmul(b.input((3, 4)), b.input((4, 2)))
     matmul = next(p for p in g.prims if p.output == mm)
     assert stencil.why_not(g, matmul) == "matmul is not a convolution the C generator writes out"
