@@ -68,11 +68,11 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int, env: Env) -> l
             specs[k] = (spec, gr)
             sources[spec.name] = emit_kernel(spec)
     try:
-        path = toolchain.compile_source(HEADER + "\n" + "\n".join(sources.values()), env)
+        path = toolchain.compile_source("\n".join(sources.values()), env, header=HEADER)
     except CompilerError:
         for name, src in sources.items():  # find the culprit for the message
             try:
-                toolchain.compile_source(HEADER + "\n" + src, env)
+                toolchain.compile_source(src, env, header=HEADER)
             except CompilerError as err:
                 raise CompilerError(f"kernel {name}: {err}") from None
         raise

@@ -4,6 +4,7 @@ surrounding graph, multi-threaded schedules, and the index normalization the loo
 
 import math
 import re
+import subprocess
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ from kernorch.ir import index as ix
 from kernorch.ir import interp, layout
 from kernorch.ir.graph import Builder, TensorType
 from kernorch.ir.prims import Op
+from kernorch.options import Env
 
 
 def _softmax_graph(shape=(512, 1024)):
@@ -111,6 +113,32 @@ def test_build_cache_reuses_libraries(monkeypatch, tmp_path):
     assert first.parent == tmp_path and first.exists()
     mtime = first.stat().st_mtime_ns
     assert cbuild.compile_source(src) == first and first.stat().st_mtime_ns == mtime
+
+
+def test_the_kernels_header_is_read_precompiled(monkeypatch, tmp_path):
+    """compile_source(..., header=...) includes the header through a copy precompiled with the very
+    flags of the compile (gcc -H marks a precompiled header it reads with "!"; a flag that differs
+    makes gcc parse the text again, silently); a corrupt copy is ignored, the text read instead."""
+    monkeypatch.setenv("KERNORCH_CACHE_DIR", str(tmp_path))
+    header = "static inline int kn_twice(int x) { return 2 * x; }\n"
+    lib = cbuild.load(cbuild.compile_source("int kn_four(void) { return kn_twice(2); }", header=header))
+    assert lib.kn_four() == 4
+    env = Env.read()
+    where = cbuild.precompiled_header(header, env)
+    gch = where / (cbuild.HEADER_NAME + ".gch")
+    macros = subprocess.run([cbuild.compiler(env.cc), "-dM", "-E", "-x", "c", "/dev/null"], capture_output=True,
+                            text=True).stdout
+    if "__GNUC__" not in macros or "__clang__" in macros:
+        pytest.skip("precompiled headers are checked with gcc")
+    assert gch.exists()
+    src = tmp_path / "probe.c"
+    src.write_text(f'#include "{cbuild.HEADER_NAME}"\nint kn_six(void) {{ return kn_twice(3); }}\n')
+    shown = subprocess.run([cbuild.compiler(env.cc), *cbuild.flags(env), "-I", str(where), "-H", str(src), "-o",
+                            str(tmp_path / "probe.so")], capture_output=True, text=True).stderr
+    assert f"! {gch}" in shown
+    gch.write_bytes(b"not a precompiled header")
+    lib = cbuild.load(cbuild.compile_source("int kn_eight(void) { return kn_twice(4); }", header=header))
+    assert lib.kn_eight() == 8
 
 
 def test_identical_kernels_have_identical_sources():
