@@ -225,7 +225,7 @@ def test_constructor_defaults(tmp_path, monkeypatch):
     assert m.target == "cpu|3|my-cc"
     assert (m.batch, m.kernel_overhead_s, m.roofline, m.require_quiet, m.cluster) == (32, 25e-6, None, False, None)
     t = m.timer
-    assert (t.warmup, t.repeats, t.min_sample_s, t.min_warmup_s) == (2, 5, 1e-4, 0.005)
+    assert (t.warmup, t.repeats, t.min_sample_s, t.min_warmup_s) == (2, 5, 1e-4, 0.002)
     m = MeasuredCost(g, TuningDB(tmp_path / "u.sqlite"), target="cuda", threads=2, providers=())
     assert m.target == "cuda|2|my-cc" and m.providers == []
 
