@@ -148,8 +148,8 @@ class MeasuredCost(PricedCandidates):
         self.providers = list(providers) if providers is not None else external_providers(self.threads)
         self.target = target_name(target, self.threads, self.env.cc, self.env.cflags) + "".join(
             sorted({p.key_suffix for p in self.providers}))
-        # warm-up 2 ms: alternated on three bench models' plan kernels (Zen 3), the medians matched a second
-        # 5 ms timer's within its noise; 1 ms read 11% slow on EfficientNet-B0's. ~3 ms saved per timing.
+        # warm-up 2 ms: a throwaway A/B, alternated on three bench models' plan kernels (Zen 3): medians matched a
+        # second 5 ms timer's within its noise; 1 ms read 11% slow on EfficientNet-B0's. ~3 ms saved per timing.
         self.timer = MedianTimer(warmup=2, repeats=5, min_sample_s=1e-4, min_warmup_s=0.002)
         self._kind = {p.output: p.kind.value for p in g.prims}
         self._linear = {v for v, k in self._kind.items() if k == "linear"}
