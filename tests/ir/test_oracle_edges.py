@@ -3,6 +3,7 @@ to the tolerance passes and the next representable one fails; the detail names w
 dtypes without a policy of their own (complex) fall back to single precision's."""
 
 import numpy as np
+import pytest
 
 from kernorch.ir import oracle
 
@@ -43,3 +44,42 @@ def test_nan_count_in_the_detail():
     got[[1, 3]] = np.nan
     ok, err, detail = oracle.compare(got, ref)
     assert not ok and err == np.inf and "NaN at 2 element(s)" in detail
+
+
+def _general(monkeypatch):
+    """compare with its float32 shortcut turned off: every array through the float64 path."""
+    monkeypatch.setattr(oracle, "_compare_finite_float32", lambda g, r, rel: None)
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-6, 3e-5, 1e-4, 3e-4, 1e-2])
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 300.0])
+def test_the_float32_shortcut_gives_the_general_verdict(monkeypatch, noise, scale):
+    rng = np.random.default_rng(7)
+    ref = (rng.standard_normal((64, 33)) * scale).astype(np.float32)
+    got = (ref + rng.standard_normal(ref.shape) * noise * max(1.0, float(np.abs(ref).max()))).astype(np.float32)
+    fast = oracle.compare(got, ref)
+    _general(monkeypatch)
+    slow = oracle.compare(got, ref)
+    assert fast[0] == slow[0] and fast[1] == pytest.approx(slow[1], rel=1e-6, abs=1e-12)
+
+
+def test_the_float32_shortcut_at_the_exact_tolerance():
+    ref = np.array([1.0, -0.5, 0.25], dtype=np.float32)
+    rel = 2.0 ** -10
+    ok, err, detail = oracle.compare(ref + np.array([rel, 0, 0], dtype=np.float32), ref, rel=rel)
+    assert ok and err == rel and "<=" in detail
+    above = np.nextafter(np.float32(1.0 + rel), np.float32(2.0))
+    ok, err, detail = oracle.compare(np.array([above, -0.5, 0.25], dtype=np.float32), ref, rel=rel)
+    assert not ok and err > rel and ">" in detail
+
+
+@pytest.mark.parametrize("got,ref,ok,says", [
+    ([np.nan, 1.0], [np.nan, 1.0], True, "<="),  # NaN where the reference has it: the general path
+    ([1.0, 1.0], [np.nan, 1.0], False, "NaN"),
+    ([np.inf, 1.0], [np.inf, 1.0], True, "<="),
+    ([-np.inf, 1.0], [np.inf, 1.0], False, "infinity"),
+    ([3e38, 0.0], [-3e38, 0.0], False, ">"),  # the float32 difference overflows: measured in float64
+])
+def test_float32_arrays_that_are_not_finite_take_the_general_path(got, ref, ok, says):
+    verdict = oracle.compare(np.array(got, dtype=np.float32), np.array(ref, dtype=np.float32))
+    assert verdict[0] is ok and says in verdict[2]
