@@ -53,7 +53,9 @@ class Program:
     in_slots: list[int] = field(default_factory=list)
     out_slots: list[int] = field(default_factory=list)
     fixed: list[tuple[int, torch.Tensor]] = field(default_factory=list, repr=False)
-    example: list[torch.Tensor] = field(default_factory=list, repr=False)
+    # random inputs to trace with (providers/torch_ops.py's jit variant): made on demand, since random
+    # copies of every input, weights included, were a fifth of what pricing a library kernel cost
+    example: Callable[[], list[torch.Tensor]] = field(default=list, repr=False)
 
     # Per output: it is written by a computing prim of this kernel, not a view of an input or of
     # another output, so it shares memory with nothing (set by the builder; None: check per call).
@@ -128,8 +130,10 @@ class _Builder:
     def build(self) -> Program:
         sub, g = self.sub, self.g
         baked = frozenset(v for v in sub.inputs if self.bake and v in g.constants)
-        feeds = random_inputs(g, sub, 0)
-        example = [to_torch(feeds[v]) for v in sub.inputs]
+        def example() -> list[torch.Tensor]:
+            feeds = random_inputs(g, sub, 0)
+            return [to_torch(feeds[v]) for v in sub.inputs]
+
         fixed = []
         for v in sub.inputs:
             if v in baked:

@@ -112,7 +112,8 @@ def _jit_runner(prog: Program):
                 full[i] = x
             return tuple(prog.run(full, finish=False))
 
-    example = [prog.example[i] for i in live]
+    every = prog.example()
+    example = [every[i] for i in live]
     with torch.no_grad():
         traced = torch.jit.trace(Kernel().eval(), tuple(example), check_trace=False)
         frozen = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
