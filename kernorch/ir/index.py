@@ -16,7 +16,15 @@ from typing import Callable, Sequence
 import numpy as np
 
 
-class Atom:
+class _Memo:
+    """Room for an expression's hash and repr, worked out once (``_memoize``): both recurse
+    through the whole tree, and normal forms sort and look up atoms by them on every
+    addition -- most of a code generator's time in lowering a kernel, before they were kept."""
+
+    __slots__ = ("_h", "_r")
+
+
+class Atom(_Memo):
     """A non-affine leaf of an expression."""
 
     __slots__ = ()
@@ -91,7 +99,7 @@ class Loaded(Atom):
 
 
 @dataclass(frozen=True, slots=True)
-class Expr:
+class Expr(_Memo):
     """``sum(coef * atom for atom, coef in terms) + const`` in normal form."""
 
     terms: tuple[tuple[Atom, int], ...]
@@ -107,6 +115,8 @@ class Expr:
 
     def __add__(self, other: Expr | int) -> Expr:
         other = _as_expr(other)
+        if not other.terms or not self.terms:  # a constant added: the terms stay in normal form
+            return Expr(self.terms or other.terms, self.const + other.const)
         return _make(list(self.terms) + list(other.terms), self.const + other.const)
 
     __radd__ = __add__
@@ -138,6 +148,28 @@ class Expr:
         return None
 
 
+def _memoize(cls: type) -> None:
+    """Keep the first result of ``cls``'s (dataclass-made) ``__hash__`` and ``__repr__`` on the
+    instance: the classes are immutable, so neither can change."""
+    def memo(fn: Callable, slot: str) -> Callable:
+        def kept(self):
+            try:
+                return object.__getattribute__(self, slot)
+            except AttributeError:
+                value = fn(self)
+                object.__setattr__(self, slot, value)
+                return value
+        kept.__name__, kept.__doc__ = fn.__name__, fn.__doc__
+        return kept
+
+    cls.__hash__ = memo(cls.__hash__, "_h")
+    cls.__repr__ = memo(cls.__repr__, "_r")
+
+
+for _cls in (FloorDiv, Mod, MinOf, MaxOf, Lookup, Loaded, Expr):
+    _memoize(_cls)
+
+
 def const(c: int) -> Expr:
     return Expr((), int(c))
 
@@ -163,7 +195,7 @@ def _make(terms: list[tuple[Atom, int]], c: int) -> Expr:
     acc: dict[Atom, int] = {}
     for a, k in terms:
         acc[a] = acc.get(a, 0) + k
-    changed = True
+    changed = any(type(a) is Mod for a in acc)
     while changed:
         changed = False
         for a in list(acc):
@@ -177,7 +209,9 @@ def _make(terms: list[tuple[Atom, int]], c: int) -> Expr:
                     c += a.x.const * k
                     changed = True
                     break
-    items = sorted(((a, k) for a, k in acc.items() if k != 0), key=lambda t: repr(t[0]))
+    items = [(a, k) for a, k in acc.items() if k != 0]
+    if len(items) > 1:
+        items.sort(key=lambda t: repr(t[0]))
     return Expr(tuple(items), int(c))
 
 
