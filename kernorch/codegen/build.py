@@ -67,8 +67,21 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int, env: Env) -> l
             spec = dataclasses.replace(spec, name=f"{spec.name}_{k}")
             specs[k] = (spec, gr)
             sources[spec.name] = emit_kernel(spec)
+    where = toolchain.compiled_kernels(sources, env, header=HEADER)  # compiled before, in another unit
+    todo = {name: src for name, src in sources.items() if name not in where}
+    if todo:
+        path = _compile(todo, env)
+        toolchain.remember_kernels(todo, path, env, header=HEADER)
+        where.update(dict.fromkeys(todo, path))
+    libs = {name: toolchain.load(path) for name, path in where.items()}
+    return [CKernel(spec, toolchain.function(libs[spec.name], spec.name), libs[spec.name],
+                    HEADER + "\n" + sources[spec.name], threads, gr.types) for spec, gr in specs]
+
+
+def _compile(sources: dict[str, str], env: Env):
+    """One translation unit of ``sources``; a compiler error names the kernel that caused it."""
     try:
-        path = toolchain.compile_source("\n".join(sources.values()), env, header=HEADER)
+        return toolchain.compile_source("\n".join(sources.values()), env, header=HEADER)
     except CompilerError:
         for name, src in sources.items():  # find the culprit for the message
             try:
@@ -76,9 +89,6 @@ def _build_c(specs: list[tuple[KernelSpec, Graph]], threads: int, env: Env) -> l
             except CompilerError as err:
                 raise CompilerError(f"kernel {name}: {err}") from None
         raise
-    lib = toolchain.load(path)
-    return [CKernel(spec, toolchain.function(lib, spec.name), lib, HEADER + "\n" + sources[spec.name], threads,
-                    gr.types) for spec, gr in specs]
 
 
 def build_kernel(g: Graph, members: Iterable[int], outputs: Sequence[int], num_threads: int | None = None,

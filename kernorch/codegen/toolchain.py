@@ -16,6 +16,9 @@ the CPU (native code); compiler: ``env.cc`` ($CC), else cc, gcc. The kernels' co
 of helpers, math.h, immintrin.h) is included through a header precompiled once per (header,
 compiler, flags, CPU): gcc otherwise parses it for 0.5 s in every translation unit, a fifth of a
 cold compile's C compiler time. A compiler that cannot precompile (or reads no .gch) parses it.
+Kernels are found again one by one too (``compiled_kernels``): each compiled kernel's source is
+indexed to the library that holds it, so a plan's kernels, timed as candidates in batches of 32,
+are loaded from those batches' libraries instead of compiled again in a translation unit of their own.
 The caller passes the Env its entry point read (kernorch/options.py); only a call without one reads
 the environment itself.
 Loaded libraries are cached per process (``_LOADED``): the dynamic loader is process-wide.
@@ -122,6 +125,44 @@ def compile_source(source: str, env: Env | None = None, header: str = "") -> Pat
             raise CompilerError(f"{Path(cc).name} rejected generated code: {_first_error(proc.stderr)}")
         os.replace(lib, out)
     return out
+
+
+def _kernel_digest(source: str, env: Env, header: str) -> str:
+    """What keys one kernel's compiled code: compile_source's key for a unit of that kernel alone."""
+    key = "\0".join([_text_digest(header), source, _compiler_id(compiler(env.cc)), _cpu_id(), *flags(env), *libs()])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=8)
+def _text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def compiled_kernels(sources: dict[str, str], env: Env, header: str = "") -> dict[str, Path]:
+    """The libraries already holding some of ``sources`` (function name -> its source, compiled
+    by an earlier ``remember_kernels`` with the same header, compiler, flags and CPU), by name."""
+    index = env.build_dir() / "kernels"
+    found = {}
+    for name, source in sources.items():
+        try:
+            lib = env.build_dir() / (index / _kernel_digest(source, env, header)).read_text()
+        except OSError:
+            continue
+        if lib.is_file():
+            found[name] = lib
+    return found
+
+
+def remember_kernels(sources: dict[str, str], lib: Path, env: Env, header: str = "") -> None:
+    """Index each of ``sources`` (compiled into ``lib``, a library of the build directory) for
+    ``compiled_kernels``; an entry is written whole (renamed into place) or not at all."""
+    index = env.build_dir() / "kernels"
+    index.mkdir(exist_ok=True)
+    for source in sources.values():
+        entry = index / _kernel_digest(source, env, header)
+        tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(lib.name)
+        os.replace(tmp, entry)
 
 
 HEADER_NAME = "kn_header.h"

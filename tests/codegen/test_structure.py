@@ -115,6 +115,31 @@ def test_build_cache_reuses_libraries(monkeypatch, tmp_path):
     assert cbuild.compile_source(src) == first and first.stat().st_mtime_ns == mtime
 
 
+def test_a_kernel_compiled_in_a_batch_is_loaded_from_that_library_again(monkeypatch, tmp_path):
+    """build_many compiles its kernels as one unit; building one of them again later (a plan's
+    kernel, timed as a candidate in a batch) loads it from that library, nothing compiled; a
+    library that went missing is compiled again."""
+    monkeypatch.setenv("KERNORCH_CACHE_DIR", str(tmp_path))
+    b = Builder()
+    x = b.input((8, 33))
+    t = b.unary(Op.TANH, x)
+    e = b.unary(Op.EXP, t)
+    b.g.outputs = [e]
+    items = [(b.g, {t}, [t]), (b.g, {t, e}, [e])]
+    first = codegen.build_many(items)
+    compiled = []
+    real = cbuild.compile_source
+    monkeypatch.setattr(cbuild, "compile_source", lambda *a, **k: compiled.append(a[0]) or real(*a, **k))
+    (again,) = codegen.build_many(items[1:])
+    assert compiled == [] and again.lib is first[1].lib
+    xv = np.linspace(-2, 2, 8 * 33, dtype=np.float32).reshape(8, 33)
+    np.testing.assert_allclose(again.run([xv])[0].numpy(), np.exp(np.tanh(xv)), rtol=1e-5)
+    (tmp_path / first[1].lib._name.rsplit("/", 1)[-1]).unlink()
+    (rebuilt,) = codegen.build_many(items[1:])
+    assert len(compiled) == 1 and again.spec.name in compiled[0] and first[0].spec.name not in compiled[0]
+    np.testing.assert_allclose(rebuilt.run([xv])[0].numpy(), np.exp(np.tanh(xv)), rtol=1e-5)
+
+
 def test_the_kernels_header_is_read_precompiled(monkeypatch, tmp_path):
     """compile_source(..., header=...) includes the header through a copy precompiled with the very
     flags of the compile (gcc -H marks a precompiled header it reads with "!"; a flag that differs
