@@ -38,6 +38,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from kernorch.codegen.templates import TEMPLATES
+
 STRATEGIES = ("unfused", "per-operator", "greedy", "optimal")
 # Models per worker process: every compile loads its kernels' shared libraries for good (ctypes
 # cannot unload them), so after a few thousand models a process runs out of memory maps.
@@ -697,7 +699,7 @@ class Result:
     reached: collections.Counter = field(default_factory=collections.Counter)  # kernels per template / trait / provider
 
 
-TEMPLATE_NAMES = ("winograd", "gemm", "loops")  # kernorch.codegen.templates.TEMPLATES, in their order
+TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)  # in the order the code generator tries them
 
 
 def kernels_reached(cm) -> collections.Counter:
