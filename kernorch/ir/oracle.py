@@ -185,6 +185,10 @@ def compare(got: Any, ref: np.ndarray, rel: float | None = None, quantized: bool
         ok = bad <= _few(r.size) and err <= max(step, tol)
         return ok, err, f"max abs error {err:.3g} at {bad} of {r.size} elements above tolerance {tol:.3g}; a " \
                         f"quantized kernel may exceed it at {QUANTIZED_SHARE:.0%} of them, by {step:.3g} at most"
+    return _verdict(err, tol)
+
+
+def _verdict(err: float, tol: float) -> tuple[bool, float, str]:
     return err <= tol, err, f"max abs error {err:.3g} {'<=' if err <= tol else '>'} tolerance {tol:.3g}"
 
 
@@ -197,8 +201,8 @@ def _compare_finite_float32(g: np.ndarray, r: np.ndarray, rel: float | None) -> 
         err = float(np.max(np.abs(g - r), initial=0.0))
     if not math.isfinite(err):
         return None
-    tol = (rel_tolerance("float32") if rel is None else rel) * max(1.0, float(np.max(np.abs(r), initial=0.0)))
-    return err <= tol, err, f"max abs error {err:.3g} {'<=' if err <= tol else '>'} tolerance {tol:.3g}"
+    scale = max(1.0, float(np.max(np.abs(r), initial=0.0)))  # r is finite: magnitude's float64 mask not needed
+    return _verdict(err, (rel_tolerance("float32") if rel is None else rel) * scale)
 
 
 def _few(n: int) -> int:
