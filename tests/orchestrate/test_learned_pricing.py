@@ -85,10 +85,12 @@ def test_a_trained_database_times_fewer_candidates_and_the_model_stays_correct(t
     rep = model.report
     assert rep.learned.startswith("learned cost model:"), rep.learned
     rounds = int(rep.learned.rsplit("; ", 1)[1].split()[0])
-    if rounds <= planning.LEARNED_ROUNDS:  # converged: the candidates not picked were never timed
+    # round LEARNED_ROUNDS + 1 (counted from 1) may still end on a plan of timed kernels; only a plan still picking
+    # predicted kernels then has every candidate timed, and one more round solves on those prices
+    if rounds <= planning.LEARNED_ROUNDS + 1:  # converged: the candidates not picked were never timed
         assert rep.predicted > rep.candidates // 4 and rep.measured < rep.candidates, (rep.learned, rep.predicted)
     else:  # timings too noisy to settle (a busy machine): every candidate timed, as a full tuning, and said so
-        assert rep.predicted == 0
+        assert rounds == planning.LEARNED_ROUNDS + 2 and rep.predicted == 0
     np.testing.assert_allclose(model(x.numpy()), module(x).detach().numpy(), rtol=1e-4, atol=1e-5)
     assert f"{rep.predicted} of {rep.candidates} candidates only predicted" in model.summary()
 
