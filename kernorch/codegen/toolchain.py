@@ -106,9 +106,7 @@ def compile_source(source: str, env: Env | None = None, header: str = "") -> Pat
     the cached one); return its path. The header is read precompiled (``precompiled_header``)."""
     env = env or Env.read()
     cc = compiler(env.cc)
-    key = "\0".join([header, source, _compiler_id(cc), _cpu_id(), *flags(env), *libs()])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    out = env.build_dir() / f"kn_{digest}.so"
+    out = env.build_dir() / f"kn_{_unit_digest(source, env, header)}.so"
     if out.exists():
         return out
     include = ["-I", str(precompiled_header(header, env))] if header else []
@@ -127,8 +125,9 @@ def compile_source(source: str, env: Env | None = None, header: str = "") -> Pat
     return out
 
 
-def _kernel_digest(source: str, env: Env, header: str) -> str:
-    """What keys one kernel's compiled code: compile_source's key for a unit of that kernel alone."""
+def _unit_digest(source: str, env: Env, header: str) -> str:
+    """What keys compiled code: the header, the source, the compiler, the CPU, the flags and libraries
+    (a library's name in compile_source, one kernel's entry in remember_kernels' index)."""
     key = "\0".join([_text_digest(header), source, _compiler_id(compiler(env.cc)), _cpu_id(), *flags(env), *libs()])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
@@ -145,7 +144,7 @@ def compiled_kernels(sources: dict[str, str], env: Env, header: str = "") -> dic
     found = {}
     for name, source in sources.items():
         try:
-            lib = env.build_dir() / (index / _kernel_digest(source, env, header)).read_text()
+            lib = env.build_dir() / (index / _unit_digest(source, env, header)).read_text()
         except OSError:
             continue
         if lib.is_file():
@@ -159,7 +158,7 @@ def remember_kernels(sources: dict[str, str], lib: Path, env: Env, header: str =
     index = env.build_dir() / "kernels"
     index.mkdir(exist_ok=True)
     for source in sources.values():
-        entry = index / _kernel_digest(source, env, header)
+        entry = index / _unit_digest(source, env, header)
         tmp = entry.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(lib.name)
         os.replace(tmp, entry)
