@@ -119,6 +119,51 @@ def test_taps_of_weight_1_are_not_multiplied():
     assert [p.op for p in g.prims] == [Op.VIEW, Op.VIEW]
 
 
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("roi", [f32(0, 0, 0, 0.25, 1, 1, 0.5, 1), f32(0, 0, 0, 1, 1, 0.5, 1, 1)], ids=["hw", "c"])
+def test_tf_crop_and_resize_at_scale_1_still_crops(mode, roi):
+    """Scales of 1 keep the size, not the content: the roi crops [0, 0.5] of H and [0.25, 1] of W
+    and stretches them back. The first row's and last column's coordinates fall exactly on the
+    input's edges (0 and n - 1): inside, not extrapolated. Then the channels cropped to [0, 0.5]
+    beside W reduced to its last column (a start of 1). The ONNX reference is the oracle:
+    onnxruntime 1.32 returns the input unchanged whenever every scale is 1, roi or not."""
+    ins = {"x": X, "roi": roi, "scales": f32(1, 1, 1, 1)}
+    check("Resize", ins, consts=["roi", "scales"], opset=13, mode=mode, oracle=run_reference,
+          coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-3.0)
+
+
+def test_tf_crop_and_resize_outside_with_exclude_outside():
+    """Rows whose taps all fall outside the input (roi from -1): excluded taps leave no weight, the
+    extrapolation value stands there."""
+    ins = {"x": X, "roi": f32(0, 0, -1, 0, 1, 1, 1, 1), "scales": None, "sizes": i64(1, 2, 6, 6)}
+    check("Resize", ins, consts=["roi", "sizes"], opset=13, mode="linear", exclude_outside=1,
+          coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=0.5, oracle=run_reference)
+
+
+@pytest.mark.parametrize("case", ["scales", "roi", "not_larger", "not_smaller"])
+def test_axes_leave_the_other_axes_alone(case):
+    """With ``axes`` (opset 18) the scales, sizes and roi name only those axes; the channels (2
+    of them) keep their size, scale 1 and the whole roi."""
+    if case == "scales":
+        ins, attrs = {"x": X, "roi": None, "scales": f32(1.5, 0.5)}, {}
+    elif case == "roi":
+        ins, attrs = ({"x": X, "roi": f32(0.2, 0.1, 0.9, 0.6), "scales": None, "sizes": i64(3, 5)},
+                      {"coordinate_transformation_mode": "tf_crop_and_resize"})
+    else:
+        ins, attrs = {"x": X, "roi": None, "scales": None, "sizes": i64(7, 9)}, {"keep_aspect_ratio_policy": case}
+    consts = [n for n, a in ins.items() if a is not None and n != "x"]
+    ours = check("Resize", ins, consts=consts, opset=18, mode="linear", axes=[2, 3], **attrs)
+    assert ours[0].shape[:2] == (1, 2)
+
+
+def test_only_nearest_moves_integers():
+    ins = {"x": np.arange(24, dtype=np.int32).reshape(1, 1, 4, 6), "roi": None, "scales": f32(1, 1, 2, 2)}
+    check("Resize", ins, consts=["scales"], opset=13, mode="nearest")
+    with pytest.raises(UnsupportedOpError) as e:
+        import_onnx(node_model("Resize", ins, consts=["scales"], opset=13, mode="linear"))
+    assert str(e.value).endswith("linear interpolation of int32 tensors (only nearest moves integers)")
+
 # -- one-line errors ----------------------------------------------------------------------------
 
 def _model(x_shape, inputs, runtime=(), opset=13, op="Resize", **attrs):
