@@ -598,3 +598,25 @@ def test_an_nchw_output_is_staged_only_at_2_kib_strides_and_alone(h, w, two, sta
     kernel = _kernel(g, members, outputs)
     assert ("staging tile" in kernel.spec.notes[0]) == staged, kernel.spec.notes[0]
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("keys", [(3, 40, 64), (1, 40, 64)], ids=["B per batch", "B broadcast"])
+def test_one_row_per_batch_is_a_dot_product_per_column(keys):
+    """A decoding step's attention scores: per head (a batch), one query row times that head's
+    keys transposed (B contiguous along k). The one-row path must read each batch's own keys (or
+    batch 0's, broadcast)."""
+    b = Builder()
+    k_t = b.permute(b.input(keys), (0, 2, 1))
+    g, members, outputs = finish(b, b.matmul(b.input((3, 1, 64)), k_t))
+    kernel = _kernel(g, members, outputs)
+    assert "one row: a dot product per column" in kernel.spec.notes[0], kernel.spec.notes
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
+
+
+def test_the_units_run_on_the_thread_pool():
+    """Every GEMM splits its output into units shared by the kernel's threads: one OpenMP parallel
+    region, sized by the caller's thread count."""
+    g, members, outputs = _mm((64, 64), lambda b: b.constant(_c(64, 96)))
+    kernel = _kernel(g, members, outputs)
+    assert kernel.source.count("#pragma omp parallel num_threads(nthreads)") == 1, kernel.source
+    check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
