@@ -619,4 +619,7 @@ def test_the_units_run_on_the_thread_pool():
     g, members, outputs = _mm((64, 64), lambda b: b.constant(_c(64, 96)))
     kernel = _kernel(g, members, outputs)
     assert kernel.source.count("#pragma omp parallel num_threads(nthreads)") == 1, kernel.source
+    # what the fuzzer and the plan page count: 64 rows are not whole 6-row tiles, 96 columns are
+    # whole panels; one batch, float32 (no AMX tiles), no staging
+    assert set(kernel.spec.traits) == {"A in place", "row remainder"}, kernel.spec.traits
     check(kernel, g, outputs, rtol=1e-4, atol=1e-4)
