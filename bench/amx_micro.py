@@ -1,4 +1,4 @@
-"""Micro-benchmark of bf16 products on AMX tiles (kernorch/codegen/amx.py) against oneDNN's bf16
+"""Micro-benchmark of bf16 products on AMX tiles or AVX512-BF16 (kernorch/codegen/amx.py) against oneDNN's bf16
 call through PyTorch (the weight prepacked, as the `torch_onednn` provider calls it) and the
 generated float32 GEMM of the same product, each hot (the same call repeated).
 
@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args(argv)
     if not amx.available():
-        raise SystemExit("this CPU has no AMX bf16 tiles: nothing to compare")
+        raise SystemExit("this CPU has no bf16 products (AMX or AVX512-BF16): nothing to compare")
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(machine_header(args.threads))

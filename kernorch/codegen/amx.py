@@ -13,8 +13,10 @@ copied once in that order (``TRANSFORM``, zeros past K and N). A is read in plac
 block is whole and K a multiple of 32, else copied into a zero-padded scratch ``ap`` (32 x Kp).
 Tiles are configured per work unit (a library call between two kernels may reconfigure them)
 and the process asks Linux for the AMX state once per library (``arch_prctl``). Where the
-compiler or the kernel gives no AMX, the same function computes the tile with float loops
-(correct, slow; the solver then prices it out).
+compiler or the kernel gives no AMX but the CPU has AVX512-BF16 (Zen 4, Cooper Lake), the same
+function computes the tile with ``VDPBF16PS``, which reads B in the same pairs order (twice the
+float32 FMA's products per instruction); elsewhere with float loops (correct, slow; the solver
+then prices it out).
 """
 
 from __future__ import annotations
@@ -51,7 +53,14 @@ def pairs(x: torch.Tensor, panel: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """This CPU has AMX bf16 tiles (the generated code still checks the OS grants them)."""
+    """This CPU computes the tile natively: AMX bf16 tiles (the generated code still checks the OS
+    grants them) or AVX512-BF16's pair dot products."""
+    return bool({"amx_bf16", "avx512_bf16"} & isa.host().extras)
+
+
+@functools.lru_cache(maxsize=None)
+def matrix_units() -> bool:
+    """This CPU has AMX bf16 tiles: every product runs several times faster in bf16 there."""
     return "amx_bf16" in isa.host().extras
 
 
@@ -66,6 +75,9 @@ def why_not(g: Graph, prod: Product) -> str | None:
 
 
 HELPERS = r"""/* bfloat16 products on AMX tiles (codegen/amx.py). */
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -124,6 +136,32 @@ static void kn_amx_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda,
     _tile_stored(2, tl + 16 * 32, 128); _tile_stored(3, tl + 16 * 32 + 16, 128);
     return;
   }
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+  /* no AMX: the same tile with VDPBF16PS (AVX512-BF16: Cooper Lake, Zen 4 and later). Each lane adds
+     a[2kk] * B[2kk, n] + a[2kk+1] * B[2kk+1, n] — the pairs order the panel is already in — in 8-row
+     strips of 16 accumulators; a strip past `rows` is not computed (its rows hold any value). */
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    __m512 c[8][2];
+    for (int i = 0; i < 8; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
+    const uint16_t *ar = a + r0 * lda;
+    for (int64_t kk = 0; kk < Kp / 2; kk++) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * 64);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * 64 + 32);
+      for (int i = 0; i < 8; i++) {
+        int32_t pair;
+        memcpy(&pair, ar + i * lda + 2 * kk, sizeof pair);
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32(pair);
+        c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
+        c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
+      }
+    }
+    for (int i = 0; i < 8; i++) {
+      _mm512_storeu_ps(tl + (r0 + i) * 32, c[i][0]);
+      _mm512_storeu_ps(tl + (r0 + i) * 32 + 16, c[i][1]);
+    }
+  }
+  return;
 #endif
   for (int64_t r = 0; r < rows; r++)
     for (int n = 0; n < 32; n++) {

@@ -41,7 +41,7 @@ def _on_tiles(g: Graph, p: Prim) -> bool:
     """A product the generated AMX tiles may take, on a CPU with AMX bf16: a matmul (a constant
     weight packed once, an activation packed per work unit: attention's scores and values) or a
     convolution by a constant weight."""
-    return amx.available() and (p.op is Op.MATMUL or p.inputs[1] in g.constants)
+    return amx.matrix_units() and (p.op is Op.MATMUL or p.inputs[1] in g.constants)
 
 
 def _candidate(g: Graph, p: Prim) -> bool:

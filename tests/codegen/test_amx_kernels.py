@@ -1,10 +1,11 @@
 """bf16 products on AMX tiles (codegen/amx.py) against the interpreter: whole and partial row
 blocks, K and N that are not whole tiles, one row, A computed in the kernel, batched matmuls, 1x1
 convolutions on channels-last pixels with bias, activation and residual epilogues — on the AMX
-path where the CPU and OS give it, and always on the float fallback the same function compiles
-to without AMX (``-mno-amx-tile``), so a machine without AMX still checks the packing, the tails
-and the epilogue. Both compute float32 sums of exact bf16 products; the order of the sums
-differs, so a result may round to the neighbouring bf16: bf16's tolerance."""
+path where the CPU and OS give it, on AVX512-BF16's pair dot products where the CPU has them
+(compiled without AMX), and always on the float fallback the same function compiles to without
+either, so any machine still checks the packing, the tails and the epilogue. All compute float32
+sums of exact bf16 products; the order of the sums differs, so a result may round to the
+neighbouring bf16: bf16's tolerance."""
 
 import numpy as np
 import pytest
@@ -19,16 +20,18 @@ from kernorch.ir.tensors import BFLOAT16, to_numpy
 from tests.codegen.cg_util import THREADS, finish
 
 NO_AMX = "-mno-amx-tile -mno-amx-bf16 -mno-amx-int8"
+PATHS = {"amx": ("amx_bf16", ""), "avx512_bf16": ("avx512_bf16", NO_AMX), "fallback": (None, f"{NO_AMX} -mno-avx512bf16")}
 
 
-@pytest.fixture(params=["native", "fallback"])
+@pytest.fixture(params=list(PATHS))
 def path(request, monkeypatch):
-    """Offer bf16 products to the GEMM on any CPU; "fallback" compiles without AMX."""
+    """Offer bf16 products to the GEMM on any CPU, compiled for one path of the tile: AMX, AVX512-BF16's
+    pair dot products (no AMX), or the float loops (neither)."""
     monkeypatch.setattr(amx, "available", lambda: True)
-    if request.param == "fallback":
-        monkeypatch.setenv("KERNORCH_CFLAGS", NO_AMX)
-    elif "amx_bf16" not in amx.isa.host().extras:
-        pytest.skip("this CPU has no AMX bf16 tiles (the fallback case still runs)")
+    needs, flags = PATHS[request.param]
+    if needs and needs not in amx.isa.host().extras:
+        pytest.skip(f"this CPU has no {needs} (the fallback case still runs)")
+    monkeypatch.setenv("KERNORCH_CFLAGS", flags)
     return request.param
 
 
@@ -186,7 +189,7 @@ def test_product_of_two_activations_packs_b_per_unit(path):
     assert not kern.spec.packs  # nothing packed once: B is packed per unit
 
 
-@pytest.mark.skipif(not amx.available(), reason="needs AMX tiles to read the configuration back")
+@pytest.mark.skipif(not amx.matrix_units(), reason="needs AMX tiles to read the configuration back")
 def test_tile_configuration_reaches_the_unit():
     """kn_amx_begin's 64-byte configuration is what the tile unit holds afterwards (gcc 12's
     _tile_loadconfig declared 8 bytes read, so -O3 dropped the rows and columns: a #GP in the

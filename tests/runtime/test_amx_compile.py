@@ -1,8 +1,8 @@
 """precision="bf16" with kernorch's own kernels only: the products run on generated AMX tiles
 (codegen/amx.py), checked against onnxruntime in float32 at bf16's tolerance, with the accuracy
 report, strict (no kernel fell back), saved and loaded. Where the CPU has bf16 but no AMX (AVX512-BF16)
-the same plan is built with AMX offered anyway: the tiles' float fallback runs it (slowly). A CPU
-without bf16 arithmetic refuses precision="bf16", so the test is skipped there."""
+the same plan is built with every product offered to bf16 anyway (as on AMX): the tiles run on
+VDPBF16PS. A CPU without bf16 arithmetic refuses precision="bf16", so the test is skipped there."""
 
 import numpy as np
 import pytest
@@ -36,6 +36,7 @@ def test_bf16_plan_of_own_kernels_runs_products_on_tiles(tmp_path, monkeypatch):
     from bench.fuzz import kernels_reached
 
     monkeypatch.setattr(amx, "available", lambda: True)
+    monkeypatch.setattr(amx, "matrix_units", lambda: True)  # every product in bf16, none timed out of it
     torch.manual_seed(0)
     net, x = _Net().eval(), torch.randn(2, 8, 12, 12)
     path = tmp_path / "net.onnx"
