@@ -101,7 +101,7 @@ def test_bf16_compile_reports_accuracy_matches_onnxruntime_and_saves(tmp_path, m
     import onnxruntime as ort
 
     favour(monkeypatch, "torch_onednn")
-    # every dense linear prim in bf16: which ones bf16_choice measures 2x faster on a net this small
+    # every dense linear prim in bf16: which ones bf16_choice measures faster on a net this small
     # depends on the machine's timing, and the count below must not
     monkeypatch.setattr("kernorch.runtime.compile.bf16_faster", lambda g, threads: None)
     torch.manual_seed(0)
