@@ -106,6 +106,40 @@ static void kn_amx_end(void) {
   if (kn_amx_ok) _tile_release();
 #endif
 }
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+/* The tile without AMX, on AVX512-BF16 (Zen 4, Cooper Lake): VDPBF16PS adds a[2kk] * B[2kk, n] + a[2kk+1] *
+   B[2kk+1, n] per lane — the pairs order B's panel is in — in 8-row strips of 16 accumulators. A is read in place,
+   nothing copied or padded: a strip's rows past `rows` repeat the last row (their sums hold any value), and an odd
+   K's last pair is a[K-1] with a zero (B's row K is zero, but a[K] may lie past the end, or be an infinity). */
+static inline __attribute__((always_inline)) void kn_dp_pair(__m512 *c, int32_t pair, const uint16_t *bk) {
+  const __m512bh ai = (__m512bh)_mm512_set1_epi32(pair);
+  c[0] = _mm512_dpbf16_ps(c[0], ai, (__m512bh)_mm512_loadu_si512(bk));
+  c[1] = _mm512_dpbf16_ps(c[1], ai, (__m512bh)_mm512_loadu_si512(bk + 32));
+}
+static void kn_dp_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, float *tl) {
+  const int64_t whole = K / 2;
+  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+    const uint16_t *ar[8];
+    __m512 c[8][2];
+    for (int i = 0; i < 8; i++) {
+      ar[i] = a + (r0 + i < rows ? r0 + i : rows - 1) * lda;
+      c[i][0] = c[i][1] = _mm512_setzero_ps();
+    }
+    for (int64_t kk = 0; kk < whole; kk++)
+      for (int i = 0; i < 8; i++) {
+        int32_t pair;
+        memcpy(&pair, ar[i] + 2 * kk, sizeof pair);
+        kn_dp_pair(c[i], pair, b + kk * 64);
+      }
+    if (K % 2)
+      for (int i = 0; i < 8; i++) kn_dp_pair(c[i], ar[i][K - 1], b + whole * 64);  /* the low half: a[K-1] */
+    for (int i = 0; i < 8; i++) {
+      _mm512_storeu_ps(tl + (r0 + i) * 32, c[i][0]);
+      _mm512_storeu_ps(tl + (r0 + i) * 32 + 16, c[i][1]);
+    }
+  }
+}
+#endif
 /* tl[r*32 + n] = sum over k < K of a[r*lda + k] * B[k, n], r < rows (the rows past it hold any value), n < 32.
    a: bf16 rows; b: a 32-column panel as bf16 pairs, (Kp/2) x 32 x 2; ap: scratch of 32 x Kp bf16. A row block
    that is not whole, or a K that is not a multiple of 32, is copied into ap first, zeros past K; a == ap: the
@@ -113,6 +147,15 @@ static void kn_amx_end(void) {
 static void kn_amx_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, float *tl,
                         uint16_t *ap) {
   const int64_t Kp = (K + 31) / 32 * 32;
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#ifdef KN_AMX
+  if (!kn_amx_ok)
+#endif
+  {
+    kn_dp_tile(rows, K, a, a == ap ? Kp : lda, b, tl);
+    return;
+  }
+#endif
   if (a != ap && (rows < 32 || K % 32)) {
     for (int64_t r = 0; r < rows; r++) memcpy(ap + r * Kp, a + r * lda, K * sizeof(uint16_t));
     a = ap;
@@ -136,32 +179,6 @@ static void kn_amx_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda,
     _tile_stored(2, tl + 16 * 32, 128); _tile_stored(3, tl + 16 * 32 + 16, 128);
     return;
   }
-#endif
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-  /* no AMX: the same tile with VDPBF16PS (AVX512-BF16: Cooper Lake, Zen 4 and later). Each lane adds
-     a[2kk] * B[2kk, n] + a[2kk+1] * B[2kk+1, n] — the pairs order the panel is already in — in 8-row
-     strips of 16 accumulators; a strip past `rows` is not computed (its rows hold any value). */
-  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-    __m512 c[8][2];
-    for (int i = 0; i < 8; i++) c[i][0] = c[i][1] = _mm512_setzero_ps();
-    const uint16_t *ar = a + r0 * lda;
-    for (int64_t kk = 0; kk < Kp / 2; kk++) {
-      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * 64);
-      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + kk * 64 + 32);
-      for (int i = 0; i < 8; i++) {
-        int32_t pair;
-        memcpy(&pair, ar + i * lda + 2 * kk, sizeof pair);
-        const __m512bh ai = (__m512bh)_mm512_set1_epi32(pair);
-        c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
-        c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
-      }
-    }
-    for (int i = 0; i < 8; i++) {
-      _mm512_storeu_ps(tl + (r0 + i) * 32, c[i][0]);
-      _mm512_storeu_ps(tl + (r0 + i) * 32 + 16, c[i][1]);
-    }
-  }
-  return;
 #endif
   for (int64_t r = 0; r < rows; r++)
     for (int n = 0; n < 32; n++) {

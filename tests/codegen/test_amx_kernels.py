@@ -59,7 +59,7 @@ def _check(b, out, seed=0):
     return kern
 
 
-@pytest.mark.parametrize("M,K,N", [(64, 64, 64), (70, 40, 50), (1, 768, 96), (33, 100, 17), (96, 32, 160)])
+@pytest.mark.parametrize("M,K,N", [(64, 64, 64), (70, 40, 50), (1, 768, 96), (33, 100, 17), (96, 32, 160), (21, 27, 40)])
 def test_matmul_on_tiles(path, M, K, N):
     rng = np.random.default_rng(M + K + N)
     b = Builder()
