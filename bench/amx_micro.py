@@ -6,7 +6,8 @@ generated float32 GEMM of the same product, each hot (the same call repeated).
 
 Shapes: BERT-base's token-by-weight products at 128 tokens, ViT-Tiny's at 197, ResNet-50's 1x1
 convolutions on channels-last pixels and its 3x3 convolutions (windows copied per row block),
-each with a bias. Prints the machine header, a table (us), and last the line
+each with a bias, and oneDNN's float32 call (what providers/bf16_choice.py weighs bf16 against). Prints the
+machine header, a table (us), and last the line
 ``generated bf16 / oneDNN bf16 geomean: X.XXx`` (above 1 the generated tiles are faster).
 Asserts nothing; run it alone on a quiet machine.
 """
@@ -74,17 +75,17 @@ def conv(cout: int, cin: int, side: int, kernel: int, dtype: str, threads: int, 
     return _generated(b, b.permute(y, (0, 2, 3, 1)), [x], threads)
 
 
-def onednn_matmul(m: int, k: int, n: int):
-    x = torch.randn(m, k).to(torch.bfloat16)
-    packed = torch.ops.mkldnn._reorder_linear_weight(torch.randn(n, k).to(torch.bfloat16), m)
+def onednn_matmul(m: int, k: int, n: int, dtype: torch.dtype = torch.bfloat16):
+    x = torch.randn(m, k).to(dtype)
+    packed = torch.ops.mkldnn._reorder_linear_weight(torch.randn(n, k).to(dtype), m)
     bias = torch.randn(n)
     return lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def onednn_conv(cout: int, cin: int, side: int, kernel: int):
-    x = torch.randn(1, cin, side, side).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+def onednn_conv(cout: int, cin: int, side: int, kernel: int, dtype: torch.dtype = torch.bfloat16):
+    x = torch.randn(1, cin, side, side).to(dtype).contiguous(memory_format=torch.channels_last)
     pad = [kernel // 2] * 2
-    w = torch.randn(cout, cin, kernel, kernel).to(torch.bfloat16)
+    w = torch.randn(cout, cin, kernel, kernel).to(dtype)
     packed = torch.ops.mkldnn._reorder_convolution_weight(w, pad, [1, 1], [1, 1], 1, list(x.shape))
     bias = torch.randn(cout)
     return lambda: torch.ops.mkldnn._convolution_pointwise(x, packed, bias, pad, [1, 1], [1, 1], 1, "none", [], "")
@@ -101,20 +102,23 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     print(machine_header(args.threads))
     print(f"threads={args.threads}, median of {args.repeat} hot calls, us")
-    print(f"{'product':34} {'gen bf16':>9} {'oneDNN bf16':>12} {'gen f32':>8} {'bf16 TFLOP/s':>13} {'oneDNN/gen':>11}")
+    print(f"{'product':34} {'gen bf16':>9} {'oneDNN bf16':>12} {'gen f32':>8} {'oneDNN f32':>11} {'bf16 TFLOP/s':>13} "
+          f"{'oneDNN/gen':>11}")
     ratios = []
     cases = [(f"matmul {m}x{k} @ {k}x{n}", 2 * m * k * n, (lambda d, s=(m, k, n): matmul(*s, d, args.threads, rng)),
-              onednn_matmul(m, k, n)) for m, k, n in MATMULS]
+              (lambda d, s=(m, k, n): onednn_matmul(*s, d))) for m, k, n in MATMULS]
     cases += [(f"conv {kk}x{kk} {ci}->{co} at {s}x{s}", 2 * co * ci * kk * kk * s * s,
-               (lambda d, c=(co, ci, s, kk): conv(*c, d, args.threads, rng)), onednn_conv(co, ci, s, kk))
+               (lambda d, c=(co, ci, s, kk): conv(*c, d, args.threads, rng)), (lambda d, c=(co, ci, s, kk): onednn_conv(*c, d)))
               for co, ci, s, kk in CONVS]
     for name, flops, make, lib in cases:
         gen_bf16, kernel = make("bfloat16")
         assert "amx tiles" in kernel.spec.traits, kernel.spec.traits
         gen_f32, _ = make("float32")
-        t_gen, t_lib, t_f32 = (median_us(f, args.repeat) for f in (gen_bf16, lib, gen_f32))
+        calls = (gen_bf16, lib(torch.bfloat16), gen_f32, lib(torch.float32))
+        t_gen, t_lib, t_f32, t_lib32 = (median_us(f, args.repeat) for f in calls)
         ratios.append(t_lib / t_gen)
-        print(f"{name:34} {t_gen:9.0f} {t_lib:12.0f} {t_f32:8.0f} {flops / t_gen / 1e6:13.2f} {t_lib / t_gen:10.2f}x")
+        print(f"{name:34} {t_gen:9.0f} {t_lib:12.0f} {t_f32:8.0f} {t_lib32:11.0f} {flops / t_gen / 1e6:13.2f} "
+              f"{t_lib / t_gen:10.2f}x")
     print(f"generated bf16 / oneDNN bf16 geomean: {geomean(ratios):.2f}x")
 
 

@@ -15,7 +15,7 @@ Tiles are configured per work unit (a library call between two kernels may recon
 and the process asks Linux for the AMX state once per library (``arch_prctl``). Where the
 compiler or the kernel gives no AMX but the CPU has AVX512-BF16 (Zen 4, Cooper Lake), the same
 function computes the tile with ``VDPBF16PS``, which reads B in the same pairs order (twice the
-float32 FMA's products per instruction); elsewhere with float loops (correct, slow; the solver
+float32 FMA's products per instruction), and A in place whatever its rows and K; elsewhere with float loops (correct, slow; the solver
 then prices it out).
 """
 
@@ -75,11 +75,10 @@ def why_not(g: Graph, prod: Product) -> str | None:
 
 
 HELPERS = r"""/* bfloat16 products on AMX tiles (codegen/amx.py). */
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) || (defined(__AMX_TILE__) && defined(__AMX_BF16__))
 #include <immintrin.h>
 #endif
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define KN_AMX 1
@@ -141,8 +140,9 @@ static void kn_dp_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda, 
 }
 #endif
 /* tl[r*32 + n] = sum over k < K of a[r*lda + k] * B[k, n], r < rows (the rows past it hold any value), n < 32.
-   a: bf16 rows; b: a 32-column panel as bf16 pairs, (Kp/2) x 32 x 2; ap: scratch of 32 x Kp bf16. A row block
-   that is not whole, or a K that is not a multiple of 32, is copied into ap first, zeros past K; a == ap: the
+   a: bf16 rows; b: a 32-column panel as bf16 pairs, (Kp/2) x 32 x 2; ap: scratch of 32 x Kp bf16. On AMX and the
+   float loops a row block that is not whole, or a K that is not a multiple of 32, is copied into ap first, zeros
+   past K (kn_dp_tile reads it in place); a == ap: the
    caller filled its rows (row length Kp) and the zeros past K are written here. */
 static void kn_amx_tile(int64_t rows, int64_t K, const uint16_t *a, int64_t lda, const uint16_t *b, float *tl,
                         uint16_t *ap) {

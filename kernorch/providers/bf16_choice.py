@@ -10,10 +10,10 @@ to bf16 only where bf16 is faster by ``MARGIN``. About a millisecond of timing p
 
 Without AMX (AVX512-BF16: Zen 4, Cooper Lake) there is no set-up to pay: VDPBF16PS does twice the
 float32 FMA's products, and the generated bf16 tile fuses the casts into its epilogue. On a Zen 4
-VM (2 threads) oneDNN's bf16 call ran 1.1-2.6x faster than its float32 call (ResNet-50's and BERT's
-products 1.7-2.1x, MobileNetV3's small 1x1s 1.1-2.6x) and the generated tile 1.6-2.0x faster than the
-generated float32 GEMM (``python -m bench.amx_micro``): a product goes bf16 where oneDNN's call is at
-least 1.25x faster, so the ones that barely gain keep float32's accuracy.
+VM (2 threads, ``python -m bench.amx_micro``) oneDNN's bf16 call ran ResNet-50's and BERT's products
+1.6-2.1x faster than its float32 call, and the generated tile 1.6-2.0x faster than the generated
+float32 GEMM; smaller products gain less. A product goes bf16 where oneDNN's call is at least 1.25x
+faster, so the ones that barely gain keep float32's accuracy.
 """
 
 from __future__ import annotations
