@@ -5,7 +5,8 @@ float32 accumulation, and rounds its result to bf16; a cast widens that result b
 keeping the prim's value id, so everything after it reads float32 as before. Constant weights
 become bf16 constants (a convolution's bias stays float32: it is added before the rounding).
 Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32``: a value several
-prims read (a residual) or a reduction reads (a normalisation's input). A linear reader reads the
+prims read (a residual) or a reduction reads (a normalisation's input) — unless a normalisation would
+subtract it from its own mean or maximum (``_cancelling``): a transformer's residual stream keeps float32. A linear reader reads the
 bf16 half directly; every other reader gets its own widening, placed just before it (as layouts.py
 places its views back), so the widening falls in the reader's segment (partition.py) and a kernel
 there reads the bf16 half from memory: a residual add can join the convolution before it.
@@ -40,7 +41,7 @@ def bf16_storage(g: Graph, linear: set[ValueId] | None = None) -> tuple[Graph, i
     out = without_prims(g)
     b = Builder(out)
     readers = g.consumers()
-    returned = set(g.outputs)
+    kept = set(g.outputs) | _cancelling(g, readers)  # values never stored in bf16
     stored: dict[ValueId, ValueId] = {}  # a paired value -> its bf16 half
     narrow: dict[ValueId, ValueId] = {}  # a float32 value -> the bf16 value it was widened from
     weights: dict[ValueId, ValueId] = {}  # a float32 constant -> its bf16 copy
@@ -73,10 +74,32 @@ def bf16_storage(g: Graph, linear: set[ValueId] | None = None) -> tuple[Graph, i
             rounded += 1
             continue
         out.prims.append(Prim(p.op, ins, p.output, p.attrs, p.origin))
-        if _is_cut(g, p, readers, returned):
+        if _is_cut(g, p, readers, kept):
             stored[p.output] = b.cast(p.output, "bfloat16")
             rounded += 1
     return out, rounded
+
+
+def _cancelling(g: Graph, readers: dict[ValueId, list[Prim]]) -> set[ValueId]:
+    """Values that reach, through elementwise prims and views only, a value a normalisation centres: one
+    that a reduction reads and a subtraction reads (``x - mean(x)``, ``x - max(x)``). The subtraction
+    cancels the leading digits, so bf16's relative error of 2^-9 in ``x`` becomes a large error in
+    ``x - mean(x)``: BERT-base's output drifted to a max relative error of 2e-2 with its residual stream
+    stored in bf16, 6e-3 (OpenVINO bf16's) without (the interpreter on the rewritten graph). A CNN's
+    residuals feed convolutions and a global pool, which average rather than cancel: they keep their pairs."""
+    producers = {p.output: p for p in g.prims}
+    todo = [v for v, rs in readers.items()
+            if any(r.kind is Kind.REDUCE for r in rs) and any(r.op is Op.SUB for r in rs)]
+    seen: set[ValueId] = set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        p = producers.get(v)
+        if p is not None and p.kind in (Kind.ELEMENTWISE, Kind.BROADCAST, Kind.LAYOUT):
+            todo.extend(u for u in p.inputs if u not in g.constants)
+    return seen
 
 
 def _grouped(p: Prim) -> bool:
@@ -90,9 +113,9 @@ def _all_float32(g: Graph, p: Prim) -> bool:
     return all(g.types[v].dtype == "float32" for v in (*p.inputs, p.output))
 
 
-def _is_cut(g: Graph, p: Prim, readers: dict[ValueId, list[Prim]], returned: set[ValueId]) -> bool:
+def _is_cut(g: Graph, p: Prim, readers: dict[ValueId, list[Prim]], kept: set[ValueId]) -> bool:
     """A float32 activation where a kernel is likely to end: several prims read it, or a reduction."""
-    if p.op in KEEPS_STORAGE or p.kind is Kind.OPAQUE or p.output in returned:
+    if p.op in KEEPS_STORAGE or p.kind is Kind.OPAQUE or p.output in kept:
         return False
     if g.types[p.output].dtype != "float32" or g.types[p.output].size < 2:
         return False
