@@ -60,8 +60,13 @@ def _candidate(g: Graph, p: Prim) -> bool:
 
 
 def _faster(g: Graph, p: Prim, timer: MedianTimer) -> bool:
+    """bf16 within ``MARGIN`` of float32's time. A product that misses is timed again and judged on each
+    dtype's better median: on a Zen 4 VM one of ResNet-50's 54 products, a different one per compile,
+    missed the margin on one measurement (its ratio 0.45-0.65 in repeated ones) and stayed float32, 2x slower."""
     calls = {dtype: _call(g, p, dtype) for dtype in (torch.float32, torch.bfloat16)}
     seconds = {dtype: timer(fn).seconds for dtype, fn in calls.items()}
+    if seconds[torch.bfloat16] > MARGIN * seconds[torch.float32]:
+        seconds = {dtype: min(seconds[dtype], timer(fn).seconds) for dtype, fn in calls.items()}
     return seconds[torch.bfloat16] <= MARGIN * seconds[torch.float32]
 
 
