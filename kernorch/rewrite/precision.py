@@ -6,9 +6,9 @@ keeping the prim's value id, so everything after it reads float32 as before. Con
 become bf16 constants (a convolution's bias stays float32: it is added before the rounding).
 Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32``: a value several
 prims read (a residual) or a reduction reads (a normalisation's input) — unless a normalisation would
-subtract it from its own mean or maximum (``_cancelling``): a transformer's residual stream keeps float32. A linear reader reads the
-bf16 half directly; every other reader gets its own widening, placed just before it (as layouts.py
-places its views back), so the widening falls in the reader's segment (partition.py) and a kernel
+subtract it from its own mean or maximum (``_cancelling``): a transformer's residual stream keeps
+float32. A linear reader reads the bf16 half directly; every other reader gets its own widening,
+placed just before it (as layouts.py places its views back), so the widening falls in the reader's segment (partition.py) and a kernel
 there reads the bf16 half from memory: a residual add can join the convolution before it.
 
 Nothing else changes: elementwise and reduction arithmetic stays float32, casts are elementwise
@@ -85,7 +85,7 @@ def _cancelling(g: Graph, readers: dict[ValueId, list[Prim]]) -> set[ValueId]:
     that a reduction reads and a subtraction reads (``x - mean(x)``, ``x - max(x)``). The subtraction
     cancels the leading digits, so bf16's relative error of 2^-9 in ``x`` becomes a large error in
     ``x - mean(x)``: BERT-base's output drifted to a max relative error of 2e-2 with its residual stream
-    stored in bf16, 6e-3 (OpenVINO bf16's) without (the interpreter on the rewritten graph). A CNN's
+    stored in bf16, 7e-3 without (OpenVINO bf16: 6e-3; ``python -m bench.bf16_rewrite``). A CNN's
     residuals feed convolutions and a global pool, which average rather than cancel: they keep their pairs."""
     producers = {p.output: p for p in g.prims}
     todo = [v for v, rs in readers.items()
