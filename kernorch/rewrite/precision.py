@@ -8,8 +8,9 @@ Values where a kernel is likely to end get a storage pair ``v -> bf16 -> float32
 prims read (a residual) or a reduction reads (a normalisation's input) — unless a normalisation would
 subtract it from its own mean or maximum (``_cancelling``): a transformer's residual stream keeps
 float32. A linear reader reads the bf16 half directly; every other reader gets its own widening,
-placed just before it (as layouts.py places its views back), so the widening falls in the reader's segment (partition.py) and a kernel
-there reads the bf16 half from memory: a residual add can join the convolution before it.
+placed just before it (as layouts.py places its views back), so the widening falls in the reader's
+segment (partition.py) and a kernel there reads the bf16 half from memory: a residual add can join
+the convolution before it.
 
 Nothing else changes: elementwise and reduction arithmetic stays float32, casts are elementwise
 prims like any other. A kernel that ends at a bf16 value writes half the bytes; one that ends at
