@@ -19,6 +19,7 @@ from kernorch.codegen.depthwise import HELPERS as DEPTHWISE_HELPERS
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
+from kernorch.codegen.vnni import HELPERS as VNNI_HELPERS
 from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.ir.interp import NARROW_INTS
 from kernorch.ir import index as ix
@@ -145,7 +146,7 @@ static inline float kn_erff(float x) {
   q = KN_FMAF(q, x2, -1.42647390514189e-02f);
   return x * p / q; }
 static inline double kn_erf(double x) { return erf(x); }
-%(winograd)s%(depthwise)s%(transpose)s%(amx)s""" % {"gemm": GEMM_HELPERS, "depthwise": DEPTHWISE_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
+%(winograd)s%(depthwise)s%(transpose)s%(amx)s%(vnni)s""" % {"gemm": GEMM_HELPERS, "vnni": VNNI_HELPERS, "depthwise": DEPTHWISE_HELPERS, "amx": AMX_HELPERS, "winograd": WINOGRAD_HELPERS, "transpose": TRANSPOSE_HELPER, "mvec": "\n".join(f"KN_SIMD float {f}f(float); KN_SIMD double {f}(double);" if f != "pow" else
                          "KN_SIMD float powf(float, float); KN_SIMD double pow(double, double);" for f in _MVEC)}
 
 

@@ -47,11 +47,12 @@ import math
 
 import numpy as np
 
-from kernorch.codegen import amx, indexing
+from kernorch.codegen import amx, indexing, vnni
 from kernorch.codegen.gemm_helpers import MR, MR_NARROW, NR, NR_NARROW
 from kernorch.codegen.kernel import Accum, Arg, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
 from kernorch.codegen.gemm_product import (MIN_WINDOW_COLUMNS, Product, constant_b, coords_of, epilogue_why_not,
-                                           is_bf16, operand_batch, product_of, strided_operand, unflatten)
+                                           integer_product, is_bf16, operand_batch, product_of, strided_operand,
+                                           unflatten)
 from kernorch.codegen.linear import view_map
 from kernorch.codegen.lower_base import KernelLowerer
 from kernorch.codegen.scalar import Inliner
@@ -82,7 +83,7 @@ UNITS_PER_THREAD = 2  # split rows too when (batch x panels) gives fewer work un
 
 def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFAULT_CODEGEN) -> str | None:
     """None when the C generator writes this kernel as a GEMM (see the module doc), else why not."""
-    prod = product_of(g, prims, bf16=amx.available())
+    prod = integer_product(g, prims, outputs) or product_of(g, prims, bf16=amx.available())
     if isinstance(prod, str):
         return prod
     lin = prod.prim
@@ -103,19 +104,21 @@ class GemmLowerer(KernelLowerer):
 
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
-        prod = self.prod = product_of(g, self.prims, bf16=True)
+        prod = self.prod = integer_product(g, self.prims, self.outputs) or product_of(g, self.prims, bf16=True)
         lin = prod.prim
         M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
         tiles = self.amx = is_bf16(g, lin)  # bf16 operands: AMX tiles (amx.py)
-        narrow = (not tiles and N <= NR_NARROW and M > 1
+        i8 = prod.a_zero is not None  # uint8 x int8 integers: VNNI tiles (vnni.py), A in place
+        narrow = (not tiles and not i8 and N <= NR_NARROW and M > 1
                   and not (prod.window is not None and N < MIN_WINDOW_COLUMNS))
-        self.mr, self.nr = (amx.MR, amx.NR) if tiles else (MR_NARROW, NR_NARROW) if narrow else (MR, NR)
+        self.mr, self.nr = ((amx.MR, amx.NR) if tiles else (vnni.MR, vnni.NR) if i8 else (MR_NARROW, NR_NARROW) if narrow
+                            else (MR, NR))
         nb, npan = math.prod(batch), -(-N // self.nr)
         blocks = -(-M // self.mr)
         units = UNITS_PER_THREAD * self.threads
         # every panel per row block, while the packed weight stays in cache: a convolution's windows are
         # copied (or found in cache) once; a short product's threads each write whole output rows
-        weight_bytes = K * npan * self.nr * 4
+        weight_bytes = K * npan * self.nr * (1 if i8 else 4)
         small = weight_bytes <= self.options.gemm_rows_first_bytes and blocks >= ROWS_FIRST_BLOCKS * self.threads
         rows_first = (K <= self.options.gemm_short_k or small) and M > self.mr and self._constant_b(prod) is not None
         inner = (prod.window is not None or rows_first) and npan > 1 and weight_bytes <= PANELS_INNER_BYTES
@@ -149,11 +152,11 @@ class GemmLowerer(KernelLowerer):
         col0 = indexing.normalize(pan * self.nr, sizes)
 
         # B a constant weight: read from a copy packed once in panels (no pack per unit)
-        gemv = None if tiles else self._dot_columns(prod, bidx, col0, sizes)
+        gemv = None if tiles or i8 else self._dot_columns(prod, bidx, col0, sizes)
         dots = not tiles and prod.window is not None and N < MIN_WINDOW_COLUMNS  # a few output channels: dots per pixel
         weight = self._constant_b(prod) if gemv is None and not dots else None
         if weight is not None:
-            self.pack(weight[0], weight[1], self.nr, amx.TRANSFORM if tiles else "")
+            self.pack(weight[0], weight[1], self.nr, amx.TRANSFORM if tiles else vnni.TRANSFORM if i8 else "")
         if dots:
             self.pack(prod.b_value, prod.window.dot_perm)
 
@@ -198,10 +201,11 @@ class GemmLowerer(KernelLowerer):
         else:  # in place (kn_amx_tile copies a partial row block, or a K not in whole tiles, into ap itself)
             fill = ()
             a_at, lda = (self.buf[prod.a_src], indexing.normalize(a_base, sizes)), prod.a_strides[-1]
-        panel_len = (amx.padded_k(K) if tiles else K) * self.nr
+        panel_len = vnni.panel_floats(K) if i8 else (amx.padded_k(K) if tiles else K) * self.nr
         b_at = (self.buf[weight[0]], indexing.normalize(pan * panel_len, sizes)) if weight is not None else "bp"
         weight_at = (self.buf[prod.b_value], ix.const(0)) if dots else None
         tile = (Call("kn_amx_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", "ap")) if tiles else
+                Call("kn_i8_tile", (rows, ix.const(K), a_at, ix.const(lda), b_at, ix.const(prod.a_zero), "tl")) if i8 else
                 Call("kn_window_dots", (rows, row0, image, *map(ix.const, win.args()), ix.const(N), weight_at, "tl"))
                 if direct else
                 Call("kn_dot_rows", (rows, ix.const(K), a_at, ix.const(lda), ix.const(N), weight_at, "tl")) if dots else
@@ -231,7 +235,7 @@ class GemmLowerer(KernelLowerer):
             arrays += ((bp,) if pack else ()) + (Decl("tl", "float32", self.mr * self.nr),)
         par = Parallel(u, nb * upan * chunks, body_unit, arrays, threads=True)
         comment, _ = self.describe()
-        how = ("bf16 AMX tiles of 32 rows" if tiles else "one row: a dot product per column" if gemv is not None else
+        how = ("bf16 AMX tiles of 32 rows" if tiles else "int8 VNNI tiles of 32 rows" if i8 else "one row: a dot product per column" if gemv is not None else
                f"a dot product per row and column, {self.mr} rows at a time" if dots else f"tiles of {self.mr} rows")
         role = (" (1x1 convolution: A is the weight)" if prod.weight_rows else
                 f" (convolution: A's rows are the pixels' {'x'.join(map(str, win.kernel))} windows, "
@@ -247,7 +251,7 @@ class GemmLowerer(KernelLowerer):
         variant = ("one row" if gemv is not None else "window dots in place" if direct else "dot rows" if dots else
                    "windows in place" if in_place else "windows copied" if win is not None else
                    "A computed" if fill else "A in place")
-        traits = {variant, *(["amx tiles"] if tiles else []), *(["narrow tiles"] if narrow else []), *(["row remainder"] if M % self.mr else []),
+        traits = {variant, *(["amx tiles"] if tiles else []), *(["int8 tiles"] if i8 else []), *(["narrow tiles"] if narrow else []), *(["row remainder"] if M % self.mr else []),
                   *(["column remainder"] if N % self.nr else []), *(["batched"] if nb > 1 else []),
                   *(["every panel per row block"] if inner else []), *(["panel groups"] if grouped else []), *(["staged stores"] if staged else []),
                   *(["epilogue"] if len(self.prims) > 1 else [])}

@@ -12,14 +12,18 @@ vector loads.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from kernorch.codegen import indexing
 from kernorch.codegen.linear import VIEWS, layout_strides, operand_view, strided, view_map
 from kernorch.ir import index as ix
 from kernorch.ir.graph import Graph
 from kernorch.ir.prims import Kind, Op, Prim
+from kernorch.ir.tensors import holds_int8
 
 
 MIN_WINDOW_COLUMNS = 8  # fewer output channels: dot products per pixel instead of 32-wide tiles
@@ -87,6 +91,9 @@ class Product:
     # Any other convolution: A's row for a pixel is its window of the image (``Window``), copied a
     # row block at a time into ``ap`` (pixel_rows is then True too).
     window: Window | None = None
+    # int8 tiles (codegen/vnni.py): A is ``cast(a_src: uint8) - a_zero`` read in place, B a constant of
+    # int8 integers; None: A is what the prim reads
+    a_zero: int | None = None
 
     @property
     def conv(self) -> bool:
@@ -195,6 +202,59 @@ def product_of(g: Graph, prims: list[Prim], bf16: bool = False) -> Product | str
     return Product(p, batch, M, K, N, src, offset, strides[:-1], tuple(shape[:-2]))
 
 
+def integer_product(g: Graph, prims: list[Prim], outputs) -> Product | None:
+    """The kernel's product on int8 tiles (codegen/vnni.py), or None: a matmul, or a 1x1
+    convolution with its pixels as rows, of ``cast(xq: uint8) [- zx]`` (xq read in place, the
+    cast and the subtraction read by the product alone) and a constant weight of int8 integers."""
+    lin = [p for p in prims if p.kind is Kind.LINEAR]
+    if len(lin) != 1 or lin[0].op not in (Op.MATMUL, Op.CONV) or len(lin[0].inputs) > 2:
+        return None
+    p, producers = lin[0], {q.output: q for q in prims}
+    found = _uint8_operand(g, producers, prims, p.inputs[0], outputs)
+    if found is None:
+        return None
+    xq, zx = found
+    x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
+    if p.op is Op.CONV:
+        a = p.attrs
+        if a.groups != 1 or any(a.pads) or any(k != 1 for k in w[2:]):
+            return None
+        prod = _pixel_rows(g, producers, p, xq)
+    elif len(x) >= 2 and len(w) == 2:
+        view = strided_operand(g, producers, xq, p)
+        prod = (Product(p, tuple(out[:-2]), out[-2], x[-1], out[-1], view[0], view[1], view[2][:-1], tuple(x[:-2]))
+                if not isinstance(view, str) and (view[2][-1] == 1 or x[-1] == 1) else None)
+    else:
+        return None
+    if prod is None:
+        return None
+    ext = {i for q in prims for i in q.inputs} - producers.keys()
+    weight = constant_b(g, producers, ext, prod)
+    if weight is None or not holds_int8(g.constants[weight[0]]):
+        return None
+    return dataclasses.replace(prod, a_zero=zx)
+
+
+def _uint8_operand(g: Graph, producers: dict[int, Prim], prims: list[Prim], v: int, outputs) -> tuple[int, int] | None:
+    """(xq, zx) when ``v`` is ``cast(xq: uint8) [- zx]`` computed in the kernel (zx a constant
+    integer in 0..255), its values read by the next prim of that chain alone; else None."""
+    zx, chain, q = 0, [], producers.get(v)
+    if q is not None and q.op is Op.SUB:
+        c = g.constants.get(q.inputs[1])
+        z = float(np.asarray(c).reshape(-1)[0]) if c is not None and np.size(c) == 1 else -1.0
+        if z != round(z) or not 0 <= z <= 255 or g.types[q.output].shape != g.types[q.inputs[0]].shape:
+            return None
+        zx, chain, q = int(z), [q], producers.get(q.inputs[0])
+    if q is None or q.op is not Op.CAST or g.types[q.inputs[0]].dtype != "uint8" or g.types[q.output].dtype != "float32":
+        return None
+    chain.insert(0, q)
+    for u in chain:
+        readers = [r for r in prims for i in r.inputs if i == u.output]
+        if u.output in outputs or len(readers) != 1:
+            return None
+    return q.inputs[0], zx
+
+
 def strided_operand(g: Graph, producers: dict[int, Prim], v: int, user: Prim) -> tuple[int, int, tuple[int, ...]] | str:
     """Operand ``v`` of ``user`` as (the kernel input it views, offset, strides per dim of ``v``),
     or why it is not a strided view of a kernel input (``linear.operand_view``)."""
@@ -207,14 +267,15 @@ def strided_operand(g: Graph, producers: dict[int, Prim], v: int, user: Prim) ->
     return src, view[2], tuple(view[1])
 
 
-def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | None:
-    """The 1x1 convolution ``p`` with its pixels as A's rows, when its image is a strided view
-    of a kernel input with contiguous channels and pixels one stride apart (unit conv strides);
-    else None. The weight, B, may be anything the inliner computes."""
+def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim, image: int | None = None) -> Product | None:
+    """The 1x1 convolution ``p`` with its pixels as A's rows, when its image (or ``image``, of
+    its shape: what an int8 product reads) is a strided view of a kernel input with contiguous
+    channels and pixels one stride apart (unit conv strides); else None. The weight, B, may be
+    anything the inliner computes."""
     x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
     if any(s != 1 for s in p.attrs.strides):
         return None
-    found = strided_operand(g, producers, p.inputs[0], p)
+    found = strided_operand(g, producers, p.inputs[0] if image is None else image, p)
     if isinstance(found, str):
         return None
     src, offset, st = found

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from kernorch.codegen import amx
+from kernorch.codegen import amx, vnni
 from kernorch.codegen.winograd_transform import TRANSFORM, transformed_weight
 
 # winograd_transform.transformed_weight: a 3x3 weight as Winograd F(6,3)'s U, in panels;
-# amx.pairs: a bf16 weight's (K, N) matrix in panels of k pairs, as AMX tiles read B
-TRANSFORMS = (TRANSFORM, amx.TRANSFORM)
+# amx.pairs: a bf16 weight's (K, N) matrix in panels of k pairs, as AMX tiles read B;
+# vnni.quads: an int8-valued weight's (K, N) matrix as int8, in panels of k quads, as VPDPBUSD reads B
+TRANSFORMS = (TRANSFORM, amx.TRANSFORM, vnni.TRANSFORM)
 
 
 def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], panel: int,
@@ -31,11 +32,12 @@ def packed_copy(t: torch.Tensor, shape: Sequence[int], perm: Sequence[int], pane
     A ``transform`` (one of TRANSFORMS) replaces both."""
     if transform == TRANSFORM:
         return transformed_weight(t.reshape(tuple(shape)), panel)
-    if transform and transform != amx.TRANSFORM:
+    if transform and transform not in TRANSFORMS:
         raise ValueError(f"unknown weight transform {transform!r}")
     x = t.reshape(tuple(shape)).permute(tuple(perm))
     if transform:
-        return amx.pairs(x.reshape(-1, x.shape[-1]), panel)
+        pack = amx.pairs if transform == amx.TRANSFORM else vnni.quads
+        return pack(x.reshape(-1, x.shape[-1]), panel)
     if not panel:
         return x.contiguous()
     n = x.shape[-1] if x.dim() else 1
