@@ -15,6 +15,7 @@ import numpy as np
 
 from kernorch.codegen import literals
 from kernorch.codegen.amx import HELPERS as AMX_HELPERS
+from kernorch.codegen.clamps import plain_clamps
 from kernorch.codegen.depthwise import HELPERS as DEPTHWISE_HELPERS
 from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
@@ -171,6 +172,7 @@ class _Printer:
         self.flagged: set[str] = set()
         self.bf16_buffers = {a.name for a in spec.args if a.dtype == "bfloat16"} | _bf16_arrays(spec.body)
         self.exact: set[str] = set()  # float scalars that hold a bf16 value exactly (Note [bf16-exact values])
+        self.plain = plain_clamps(spec.body)  # max/min written without NaN propagation (codegen/clamps.py)
 
     def idx(self, e: ix.Expr) -> str:
         return ix.render(e, lambda i: f"v{i}", self.spec.sizes, self._table)
@@ -305,6 +307,8 @@ class _Printer:
             if s.dtype in NARROW_INTS and src in ("float32", "float64", "bfloat16"):  # through int32, as interp._cast
                 return f"(({CTYPE[s.dtype]})(int32_t){s.args[0]})"
             return f"(({CTYPE[s.dtype]}){s.args[0]})"
+        if s.name in self.plain:  # Note [clamps before a narrowing cast] in codegen/clamps.py
+            return INT_EXPR[s.op].format(*self.plain[s.name])
         return c_expr(s.op, _computed(s.dtype), [_computed(self.types[a]) for a in s.args], s.args)
 
     def function(self) -> list[str]:
