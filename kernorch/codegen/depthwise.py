@@ -29,12 +29,13 @@ median against 6.30 without, one interleaved run on a busy VM.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from kernorch.codegen import indexing
 from kernorch.codegen.gemm import GemmLowerer
 from kernorch.codegen.gemm_helpers import NR
-from kernorch.codegen.gemm_product import Product, epilogue_why_not, unflatten, window_rows
+from kernorch.codegen.gemm_product import Product, epilogue_why_not, uint8_operand, unflatten, window_rows
 from kernorch.codegen.kernel import Call, Decl, KernelSpec, Loop, Parallel
 from kernorch.codegen.template import Template
 from kernorch.ir import index as ix
@@ -61,12 +62,23 @@ def why_not(g: Graph, prims: list[Prim], outputs, options: CodegenOptions = DEFA
         return f"convolution {g.name(p.output)} is not a depthwise 2-D convolution without a channel multiplier"
     if any(g.types[v].dtype != "float32" for v in (*p.inputs, p.output)):
         return f"convolution {g.name(p.output)} is not on float32"
-    prod = window_rows(g, {q.output: q for q in prims}, p)
+    prod = depthwise_product(g, prims, p, outputs)
     if isinstance(prod, str):
         return prod
     if not prod.window.channels_inner:
         return f"the image of convolution {g.name(p.output)} is not channels-last"
     return epilogue_why_not(g, prims, p, outputs, "a depthwise tile", "the convolution")
+
+
+def depthwise_product(g: Graph, prims: list[Prim], p: Prim, outputs) -> Product | str:
+    """The convolution's windows as a Product: its image a view of a kernel input, or (a quantized
+    model) ``cast(xq: uint8) - zx`` of one, then ``a_zero`` is zx and the tile widens xq's rows."""
+    producers = {q.output: q for q in prims}
+    found = uint8_operand(g, producers, prims, p.inputs[0], outputs)
+    if found is None:
+        return window_rows(g, producers, p)
+    prod = window_rows(g, producers, p, found[0])
+    return prod if isinstance(prod, str) else dataclasses.replace(prod, a_zero=found[1])
 
 
 class DepthwiseLowerer(GemmLowerer):
@@ -75,7 +87,7 @@ class DepthwiseLowerer(GemmLowerer):
     def run(self, name: str | None) -> KernelSpec:
         g, vs = self.g, self.vs
         lin = next(p for p in self.prims if p.op is Op.CONV)
-        prod: Product = window_rows(g, self.producers, lin)  # type: ignore[assignment]
+        prod: Product = depthwise_product(g, self.prims, lin, self.outputs)  # type: ignore[assignment]
         self.prod, win = prod, prod.window
         C, oh, ow = win.channels, g.types[lin.output].shape[2], win.out_width
         nb, npan, taps = math.prod(prod.batch), -(-C // NR), math.prod(win.kernel)
@@ -125,15 +137,22 @@ class DepthwiseLowerer(GemmLowerer):
         image = (self.buf[prod.a_src], indexing.normalize(first, sizes))
         w_at = (self.buf[weight], indexing.normalize(chunk * (per_chunk * taps * NR), sizes))
         shape = (win.height, win.width, hs, ws, *win.kernel, *win.conv_strides, *win.pads, *win.dilations)
-        tile = Call("kn_dw_tile", (count, out_row, col_in_row, image, *map(ix.const, shape), w_at, cols,
-                                   ix.const(channels), "tl"))
-        par = Parallel(u, units, (tile, epilogue), (Decl("tl", "float32", width * channels),), threads=True)
+        arrays = (Decl("tl", "float32", width * channels),)
+        if prod.a_zero is None:
+            tile = Call("kn_dw_tile", (count, out_row, col_in_row, image, *map(ix.const, shape), w_at, cols,
+                                       ix.const(channels), "tl"))
+        else:  # the unit's rows of uint8 pixels widened into xs first (kn_dw_tile_u8)
+            rows_read = (win.kernel[0] - 1) * win.dilations[0] + 1
+            arrays += (Decl("xs", "float32", rows_read * win.width * channels),)
+            tile = Call("kn_dw_tile_u8", (count, out_row, col_in_row, image, *map(ix.const, shape), w_at, cols,
+                                          ix.const(channels), ix.const(prod.a_zero), "xs", "tl"))
+        par = Parallel(u, units, (tile, epilogue), arrays, threads=True)
         comment, _ = self.describe()
         kh, kw = win.kernel
         note = (f"depthwise {kh}x{kw} convolution of {C} channels, {oh}x{ow} output: tiles of {width} pixels of a row "
                 f"x {channels} channels, {PIXELS} pixels at a time inside the image (read channels-last in place)")
         key = g.kernel_key(set(self.producers), self.outputs)
-        traits = {*(["row split"] if per_row > 1 else []), *(["channel chunks"] if chunks > 1 else []),
+        traits = {*(["row split"] if per_row > 1 else []), *(["uint8 image"] if prod.a_zero is not None else []), *(["channel chunks"] if chunks > 1 else []),
                   *(["column remainder"] if C % NR else []), *(["strided"] if win.conv_strides != (1, 1) else []),
                   *(["batched"] if nb > 1 else []), *(["epilogue"] if len(self.prims) > 1 else [])}
         return KernelSpec(name=name or f"kn_{key[:16]}", args=args, body=(par,), sizes=tuple(sizes),
@@ -263,6 +282,29 @@ KN_DW_OPT static void kn_dw_tile(int64_t n, int64_t oh, int64_t ow0, const float
       }}
     p += block;
   }}
+}}
+/* kn_dw_tile on a quantized model's uint8 image x, less its zero point zx: the rows and columns the tile reads
+   widened first into xs (kernel row kh at xs + kh * dh * W * ld, pixel iw at + iw * ld, the tile's ld channels
+   apart), which kn_dw_tile then reads as the image: each byte widened once per unit, not once per tap. */
+static void kn_dw_tile_u8(int64_t n, int64_t oh, int64_t ow0, const uint8_t *restrict x, int64_t H, int64_t W,
+                          int64_t hs, int64_t ws, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
+                          int64_t pw, int64_t dh, int64_t dw, const float *restrict w, int64_t cols, int64_t ld,
+                          int64_t zx, float *restrict xs, float *restrict tile) {{
+  const int64_t r0 = oh * sh - ph, rs = W * ld;
+  const int64_t c0 = ow0 * sw - pw > 0 ? ow0 * sw - pw : 0;
+  const int64_t end = (ow0 + n - 1) * sw - pw + (KW - 1) * dw + 1, c1 = end < W ? end : W;
+  const float z = (float)zx;
+  for (int64_t kh = 0; kh < KH; kh++) {{
+    const int64_t r = r0 + kh * dh;
+    if (r < 0 || r >= H) continue;
+    for (int64_t iw = c0; iw < c1; iw++) {{
+      const uint8_t *restrict src = x + r * hs + iw * ws;
+      float *restrict dst = xs + kh * dh * rs + iw * ld;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; c++) dst[c] = (float)src[c] - z;
+    }}
+  }}
+  kn_dw_tile(n, oh, ow0, xs - r0 * rs, H, W, rs, ld, KH, KW, sh, sw, ph, pw, dh, dw, w, cols, ld, tile);
 }}
 """
 

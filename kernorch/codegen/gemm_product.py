@@ -210,7 +210,7 @@ def integer_product(g: Graph, prims: list[Prim], outputs) -> Product | None:
     if len(lin) != 1 or lin[0].op not in (Op.MATMUL, Op.CONV) or len(lin[0].inputs) > 2:
         return None
     p, producers = lin[0], {q.output: q for q in prims}
-    found = _uint8_operand(g, producers, prims, p.inputs[0], outputs)
+    found = uint8_operand(g, producers, prims, p.inputs[0], outputs)
     if found is None:
         return None
     xq, zx = found
@@ -235,7 +235,7 @@ def integer_product(g: Graph, prims: list[Prim], outputs) -> Product | None:
     return dataclasses.replace(prod, a_zero=zx)
 
 
-def _uint8_operand(g: Graph, producers: dict[int, Prim], prims: list[Prim], v: int, outputs) -> tuple[int, int] | None:
+def uint8_operand(g: Graph, producers: dict[int, Prim], prims: list[Prim], v: int, outputs) -> tuple[int, int] | None:
     """(xq, zx) when ``v`` is ``cast(xq: uint8) [- zx]`` computed in the kernel (zx a constant
     integer in 0..255), its values read by the next prim of that chain alone; else None."""
     zx, chain, q = 0, [], producers.get(v)
@@ -289,10 +289,10 @@ def _pixel_rows(g: Graph, producers: dict[int, Prim], p: Prim, image: int | None
                    (x[0],), pixel_rows=True)
 
 
-def window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str:
-    """The 2-D convolution ``p`` with its pixels' windows as A's rows (``Window``): its image a
-    strided view of a kernel input, its weight a constant (packed once in the window's order).
-    Else why not."""
+def window_rows(g: Graph, producers: dict[int, Prim], p: Prim, image: int | None = None) -> Product | str:
+    """The 2-D convolution ``p`` with its pixels' windows as A's rows (``Window``): its image (or
+    ``image``, of its shape: what an int8 kernel reads) a strided view of a kernel input, its
+    weight a constant (packed once in the window's order). Else why not."""
     x, w, out = (g.types[v].shape for v in (p.inputs[0], p.inputs[1], p.output))
     a, name = p.attrs, g.name(p.output)
     if len(x) != 4 or any(a.output_padding):
@@ -301,7 +301,7 @@ def window_rows(g: Graph, producers: dict[int, Prim], p: Prim) -> Product | str:
         return f"the weight of convolution {name} is computed, not a constant"
     if g.types[p.inputs[1]].size == 1:  # folded into the kernel as an immediate: no buffer to read
         return f"the weight of convolution {name} is one element"
-    found = strided_operand(g, producers, p.inputs[0], p)
+    found = strided_operand(g, producers, p.inputs[0] if image is None else image, p)
     if isinstance(found, str):
         return found
     src, offset, st = found

@@ -17,18 +17,23 @@ from kernorch.options import CodegenOptions
 
 
 def _depthwise(shape=(1, 9, 9, 40), k=3, strides=(1, 1), pads=None, dil=(1, 1), bias=True, residual=False,
-               channels_last_out=True, prologue=None, multiplier=1):
-    """NHWC input -> (prologue) -> depthwise conv -> relu (+ a residual) -> NHWC (or NCHW) output."""
+               channels_last_out=True, prologue=None, multiplier=1, zero_point=None):
+    """NHWC input -> (prologue) -> depthwise conv -> relu (+ a residual) -> NHWC (or NCHW) output. With a
+    ``zero_point``, a quantized model's image: uint8 NHWC input -> NCHW view -> cast - zero_point, integer weights."""
     b = Builder()
     rng = np.random.default_rng(7)
     n, h, w, c = shape
     kh, kw = (k, k) if isinstance(k, int) else k
     pads = pads if pads is not None else (kh // 2, kw // 2, kh // 2, kw // 2)
-    x = b.input(shape)
+    x = b.input(shape, "uint8" if zero_point is not None else "float32")
     if prologue is not None:
         x = b.unary(prologue, x)
     x = b.permute(x, (0, 3, 1, 2))
-    wt = b.constant(rng.standard_normal((c * multiplier, 1, kh, kw)).astype(np.float32))
+    wt = rng.standard_normal((c * multiplier, 1, kh, kw)).astype(np.float32)
+    if zero_point is not None:
+        x = b.binary(Op.SUB, b.cast(x, "float32"), b.scalar(float(zero_point)))
+        wt = rng.integers(-128, 128, wt.shape).astype(np.float32)
+    wt = b.constant(wt)
     bb = b.constant(rng.standard_normal(c * multiplier).astype(np.float32)) if bias else None
     y = b.unary(Op.RELU, b.conv(x, wt, bb, ConvAttrs(strides, pads, dil, c)))
     if residual:
@@ -68,6 +73,22 @@ def test_depthwise_tile_matches_interpreter_and_the_loop_nest(name):
     assert templates.first(g, prims, outputs, off).name == "loops"
     check(codegen.build_kernel(g, members, outputs, num_threads=THREADS, options=off), g, outputs,
           rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["3x3, two vectors and a remainder vector", "5x5 stride 2, odd sizes",
+                                  "channel remainder below a vector", "channels past one panel",
+                                  "rows wider than a tile", "kernel rows all outside for some outputs", "dilated",
+                                  "asymmetric pads, 3x5 kernel", "residual, NCHW output"])
+@pytest.mark.parametrize("zero_point", [0, 131])
+def test_uint8_image_of_a_quantized_model(name, zero_point):
+    """``cast(xq: uint8) - zx`` read as the image: its rows widened per unit (kn_dw_tile_u8), full-range bytes."""
+    g, members, outputs = _depthwise(**CASES[name], zero_point=zero_point)
+    kernel = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert kernel.spec.template == "depthwise" and "uint8 image" in kernel.spec.traits, kernel.spec.traits
+    rng = np.random.default_rng(zero_point)
+    fed = [rng.integers(0, 256, g.types[v].shape).astype(np.uint8) if g.types[v].dtype == "uint8" else
+           rng.standard_normal(g.types[v].shape).astype(np.float32) for v in g.inputs]
+    check(kernel, g, outputs, rtol=1e-5, atol=1e-2, fed=fed)  # sums of integers up to 2^17: float32's last digits
 
 
 @pytest.mark.parametrize("threads", [1, 3])
