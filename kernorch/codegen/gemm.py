@@ -108,7 +108,7 @@ class GemmLowerer(KernelLowerer):
         lin = prod.prim
         M, K, N, batch = prod.M, prod.K, prod.N, prod.batch
         tiles = self.amx = is_bf16(g, lin)  # bf16 operands: AMX tiles (amx.py)
-        i8 = prod.a_zero is not None  # uint8 x int8 integers: VNNI tiles (vnni.py), A in place
+        i8 = prod.a_zero is not None  # uint8 x int8 integers: VNNI tiles (vnni.py)
         narrow = (not tiles and not i8 and N <= NR_NARROW and M > 1
                   and not (prod.window is not None and N < MIN_WINDOW_COLUMNS))
         self.mr, self.nr = ((amx.MR, amx.NR) if tiles else (vnni.MR, vnni.NR) if i8 else (MR_NARROW, NR_NARROW) if narrow
@@ -124,7 +124,7 @@ class GemmLowerer(KernelLowerer):
         inner = (prod.window is not None or rows_first) and npan > 1 and weight_bytes <= PANELS_INNER_BYTES
         upan = 1 if inner else npan  # panel groups that units split
         group_len = npan if inner else 1  # panels per group, each looped over per row block
-        if (tiles and not inner and npan > 1 and (prod.window is not None or prod.a_src is None)
+        if ((tiles or i8) and not inner and npan > 1 and (prod.window is not None or prod.a_src is None)
                 and self._constant_b(prod) is not None):
             # AMX tiles whose A is filled per row block (windows, computed rows): a group of panels per thread, one
             # fill per group, not per panel (ResNet-50's 3x3 512->512 at 7x7, 16 panels: 0.32 ms filled per panel)
@@ -214,7 +214,7 @@ class GemmLowerer(KernelLowerer):
                      (rows, ix.const(K), a_at, ix.const(lda), b_at, "tl", self._prefetch(weight, inner or grouped, pan, npan, mbl, K))))
         blocks_here = ix.minimum(blocks - chunk * per_chunk, per_chunk, sizes)
         arrays = ((Decl("ap", "bfloat16", self.mr * amx.padded_k(K)),) if tiles else
-                  (Decl("ap", "float32", self.mr * K),) if fill else ())
+                  (Decl("ap", "uint8" if i8 else "float32", self.mr * K),) if fill else ())
         offsets = ()
         if in_place:  # the taps' offsets in a window, for the row blocks read in place
             arrays += (Decl("wo", "int32", K),)
@@ -357,7 +357,7 @@ class GemmLowerer(KernelLowerer):
         operand, a convolution's image with the pixels as rows) computed by the inliner (its
         prologue), vectorized along k."""
         g, vs = self.g, self.vs
-        a = prod.prim.inputs[0]
+        a = prod.a_int if prod.a_zero is not None else prod.prim.inputs[0]  # int8 tiles: xq's integers
         x = g.types[a].shape
         r, k = vs.new(self.mr), vs.new(prod.K)
         body = Body(self.names)
@@ -367,7 +367,8 @@ class GemmLowerer(KernelLowerer):
             index = [bidx[0] if x[0] > 1 else ix.const(0), ix.var(k), *unflatten(row, x[2:], sizes)]
         else:
             index = [*operand_batch(bidx, x), row if x[-2] > 1 else ix.const(0), ix.var(k)]
-        dtype, row_len = ("bfloat16", amx.padded_k(prod.K)) if self.amx else ("float32", prod.K)
+        dtype, row_len = (("bfloat16", amx.padded_k(prod.K)) if self.amx else ("uint8", prod.K) if prod.a_zero is not None
+                          else ("float32", prod.K))
         val = body.cast(inl.value(a, index), dtype)
         store = Store("ap", indexing.normalize(ix.var(r) * row_len + ix.var(k), sizes), val)
         return (Loop(r, ix.const(0), rows, (Loop(k, ix.const(0), ix.const(prod.K), (*body.lets, store), simd=True),)),)

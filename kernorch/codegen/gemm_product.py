@@ -91,9 +91,11 @@ class Product:
     # Any other convolution: A's row for a pixel is its window of the image (``Window``), copied a
     # row block at a time into ``ap`` (pixel_rows is then True too).
     window: Window | None = None
-    # int8 tiles (codegen/vnni.py): A is ``cast(a_src: uint8) - a_zero`` read in place, B a constant of
-    # int8 integers; None: A is what the prim reads
+    # int8 tiles (codegen/vnni.py): A is ``cast(xq: uint8) - a_zero``, xq read in place (a_src) or computed
+    # (a_int: a value of A's shape, its rows computed as uint8); B a constant of int8 integers. None: A is
+    # what the prim reads
     a_zero: int | None = None
+    a_int: int | None = None
 
     @property
     def conv(self) -> bool:
@@ -222,8 +224,11 @@ def integer_product(g: Graph, prims: list[Prim], outputs) -> Product | None:
         prod = _pixel_rows(g, producers, p, xq)
     elif len(x) >= 2 and len(w) == 2:
         view = strided_operand(g, producers, xq, p)
-        prod = (Product(p, tuple(out[:-2]), out[-2], x[-1], out[-1], view[0], view[1], view[2][:-1], tuple(x[:-2]))
-                if not isinstance(view, str) and (view[2][-1] == 1 or x[-1] == 1) else None)
+        if isinstance(view, str) and xq in producers:  # computed in the kernel: a row block at a time
+            prod = Product(p, tuple(out[:-2]), out[-2], x[-1], out[-1], None, 0, (0,) * (len(x) - 1), tuple(x[:-2]))
+        else:
+            prod = (Product(p, tuple(out[:-2]), out[-2], x[-1], out[-1], view[0], view[1], view[2][:-1],
+                            tuple(x[:-2])) if not isinstance(view, str) and (view[2][-1] == 1 or x[-1] == 1) else None)
     else:
         return None
     if prod is None:
@@ -232,7 +237,7 @@ def integer_product(g: Graph, prims: list[Prim], outputs) -> Product | None:
     weight = constant_b(g, producers, ext, prod)
     if weight is None or not holds_int8(g.constants[weight[0]]):
         return None
-    return dataclasses.replace(prod, a_zero=zx)
+    return dataclasses.replace(prod, a_zero=zx, a_int=xq)
 
 
 def uint8_operand(g: Graph, producers: dict[int, Prim], prims: list[Prim], v: int, outputs) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from kernorch.options import CodegenOptions
 # c8: depthwise and pixel-rows GEMM weights are read from copies packed once (KernelSpec.packs); c7: one-row
 # products are a dot product per column; c6: channels-last 1x1 convolutions are GEMMs with the pixels as rows;
 # c5: matmuls are generated C GEMMs (codegen/gemm.py); c4: C stencils (stencil.py)
+# c37: int8 tiles take A computed in the kernel (as uint8 rows) and rows past the 8-row strips one at a time;
 # c36: a quantized model's depthwise convolutions read their uint8 image, widened once per unit (depthwise.py);
 # c35: QuantizeLinear's clamps before a narrowing cast without NaN propagation (codegen/clamps.py);
 # c34: a quantized model's uint8 x int8 products on VNNI tiles, A read in place (codegen/vnni.py);
@@ -51,7 +52,7 @@ from kernorch.options import CodegenOptions
 # (codegen/amx.py);
 # c22: a quotient by a constant that is only rounded (QuantizeLinear) is a product with the reciprocal
 # (scalar.py, Note [quantize by reciprocal]);
-CODEGEN_VERSION = "c36"
+CODEGEN_VERSION = "c37"
 
 
 def codegen_version(options: CodegenOptions) -> str:

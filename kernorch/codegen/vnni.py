@@ -6,7 +6,8 @@ a 2x2 image (float32's costs 4), and a MobileNetV3 has 62 convolutions; the floa
 generator wrote instead multiplies the integers at float32's speed. ``VPDPBUSD`` adds four
 u8 x s8 products per int32 lane, four times float32's products per instruction, exactly.
 
-The tile: 32 rows x 32 columns of int32 sums in 8-row strips, A's rows read in place (uint8, K
+The tile: 32 rows x 32 columns of int32 sums in 8-row strips (the rows left one at a time, two
+chains of sums each), A's rows read in place or computed a row block at a time (uint8, K
 contiguous), B's 32-column panel in quads along k (``quads``: B[4kk + e, n] at byte
 ``kk * 128 + 4n + e``, zeros past K and N), copied once. A zero point ``zx`` is taken out after
 the sums: ``sum (a - zx) b = sum a b - zx * sum b``, the column sums found by the same
@@ -52,14 +53,47 @@ static inline __attribute__((always_inline)) void kn_dp_quad(__m512i *c, int32_t
   c[0] = _mm512_dpbusd_epi32(c[0], ai, _mm512_loadu_si512(bk));
   c[1] = _mm512_dpbusd_epi32(c[1], ai, _mm512_loadu_si512(bk + 64));
 }
+/* R rows' sums (r < R of ar[]) into c[r][0..1], over k quads [0, whole) and a partial quad of K % 4 bytes; with one
+   row, even and odd quads into separate sums (two chains, an instruction's latency hidden), added at the end */
+static inline __attribute__((always_inline)) void kn_i8_strip(const int R, const uint8_t *const *ar, int64_t K,
+                                                              const int8_t *b, __m512i (*c)[2]) {
+  const int64_t whole = K / 4;
+  __m512i odd[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  for (int i = 0; i < R; i++) c[i][0] = c[i][1] = _mm512_setzero_si512();
+  int64_t kk = 0;
+  if (R == 1)
+    for (; kk + 1 < whole; kk += 2) {
+      int32_t q0, q1;
+      memcpy(&q0, ar[0] + 4 * kk, sizeof q0);
+      memcpy(&q1, ar[0] + 4 * kk + 4, sizeof q1);
+      kn_dp_quad(c[0], q0, b + kk * 128);
+      kn_dp_quad(odd, q1, b + kk * 128 + 128);
+    }
+  for (; kk < whole; kk++)
+    for (int i = 0; i < R; i++) {
+      int32_t quad;
+      memcpy(&quad, ar[i] + 4 * kk, sizeof quad);
+      kn_dp_quad(c[i], quad, b + kk * 128);
+    }
+  if (K % 4)
+    for (int i = 0; i < R; i++) {
+      int32_t quad = 0;
+      memcpy(&quad, ar[i] + 4 * whole, K % 4);  /* little-endian: the low bytes, zeros past K */
+      kn_dp_quad(c[i], quad, b + whole * 128);
+    }
+  if (R == 1) {
+    c[0][0] = _mm512_add_epi32(c[0][0], odd[0]);
+    c[0][1] = _mm512_add_epi32(c[0][1], odd[1]);
+  }
+}
 #endif
-/* tl[r*32 + n] = sum over k < K of (a[r*lda + k] - zx) * B[k, n], r < rows (rows past it hold any value), n < 32.
-   a: uint8 rows, read in place (a strip's rows past `rows` repeat the last row; a K that is not a multiple of 4
-   ends in a partial quad, zeros past K); bw: the panel as int8 quads, (Kp/4) x 32 x 4, behind a float pointer. */
+/* tl[r*32 + n] = sum over k < K of (a[r*lda + k] - zx) * B[k, n], r < rows, n < 32 (rows up to 32).
+   a: uint8 rows, read in place (a K that is not a multiple of 4 ends in a partial quad, zeros past K); 8-row strips,
+   then the rows left one at a time; bw: the panel as int8 quads, (Kp/4) x 32 x 4, behind a float pointer. */
 static void kn_i8_tile(int64_t rows, int64_t K, const uint8_t *a, int64_t lda, const float *bw, int64_t zx,
                        float *tl) {
   const int8_t *b = (const int8_t *)bw;
-  const int64_t whole = K / 4, kq = (K + 3) / 4;
+  const int64_t kq = (K + 3) / 4;
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   __m512i zs[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
   if (zx) {
@@ -67,29 +101,20 @@ static void kn_i8_tile(int64_t rows, int64_t K, const uint8_t *a, int64_t lda, c
     zs[0] = _mm512_mullo_epi32(zs[0], _mm512_set1_epi32((int32_t)zx));
     zs[1] = _mm512_mullo_epi32(zs[1], _mm512_set1_epi32((int32_t)zx));
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+  for (int64_t r0 = 0; r0 < rows;) {
+    const int R = rows - r0 >= 8 ? 8 : 1;
     const uint8_t *ar[8];
     __m512i c[8][2];
-    for (int i = 0; i < 8; i++) {
-      ar[i] = a + (r0 + i < rows ? r0 + i : rows - 1) * lda;
-      c[i][0] = c[i][1] = _mm512_setzero_si512();
-    }
-    for (int64_t kk = 0; kk < whole; kk++)
-      for (int i = 0; i < 8; i++) {
-        int32_t quad;
-        memcpy(&quad, ar[i] + 4 * kk, sizeof quad);
-        kn_dp_quad(c[i], quad, b + kk * 128);
-      }
-    if (K % 4)
-      for (int i = 0; i < 8; i++) {
-        int32_t quad = 0;
-        memcpy(&quad, ar[i] + 4 * whole, K % 4);  /* little-endian: the low bytes, zeros past K */
-        kn_dp_quad(c[i], quad, b + whole * 128);
-      }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < R; i++) ar[i] = a + (r0 + i) * lda;
+    if (R == 8)
+      kn_i8_strip(8, ar, K, b, c);
+    else
+      kn_i8_strip(1, ar, K, b, c);
+    for (int i = 0; i < R; i++) {
       _mm512_storeu_ps(tl + (r0 + i) * 32, _mm512_cvtepi32_ps(_mm512_sub_epi32(c[i][0], zs[0])));
       _mm512_storeu_ps(tl + (r0 + i) * 32 + 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(c[i][1], zs[1])));
     }
+    r0 += R;
   }
 #else
   for (int64_t r = 0; r < rows; r++)

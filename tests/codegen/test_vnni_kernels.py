@@ -1,6 +1,6 @@
 """int8 products on VNNI tiles (codegen/vnni.py) against the interpreter: a quantized model's
 ``linear(cast(xq: uint8) - zx, wq)`` with its scale, bias and requantization — matmuls (batched,
-one row, K not a multiple of 4, N not whole panels, no zero point) and 1x1 convolutions on
+one row, K not a multiple of 4, N not whole panels, no zero point, A computed in the kernel) and 1x1 convolutions on
 channels-last pixels — on VPDPBUSD where the CPU has it and always on the scalar loop the same
 function compiles to without it. The sums are exact integers either way (the interpreter's
 float32 sums are exact too while they stay below 2^24, which these sizes keep): so float32
@@ -76,6 +76,25 @@ def test_matmul_on_int8_tiles(path, M, K, N, zx, requantize):
     assert "A in place" in kern.spec.traits
     assert any(n.startswith(f"in1 packed once as its {vnni.TRANSFORM} transform") for n in kern.spec.notes)
     assert ("column remainder" in kern.spec.traits) == bool(N % vnni.NR)
+
+
+@pytest.mark.parametrize("M", [1, 3, 40])
+def test_matmul_of_integers_computed_in_the_kernel(path, M):
+    """A classifier's head: the activation requantized to uint8 in the kernel, its rows computed as bytes per row block."""
+    rng = np.random.default_rng(M)
+    b = Builder()
+    h = b.input((M, 200))
+    q = b.unary(Op.ROUND, b.binary(Op.DIV, b.binary(Op.MAX, h, b.scalar(0.0)), b.scalar(0.01)))
+    q = b.cast(b.binary(Op.MIN, b.binary(Op.MAX, b.binary(Op.ADD, q, b.scalar(5.0)), b.scalar(0.0)), b.scalar(255.0)),
+               "uint8")
+    x = b.binary(Op.SUB, b.cast(q, "float32"), b.scalar(5.0))
+    y = b.matmul(x, b.constant(rng.integers(-128, 128, (200, 70)).astype(np.float32)))
+    g, members, outputs = finish(b, _epilogue(b, y, 70, 1, rng, False))
+    kern = codegen.build_kernel(g, members, outputs, num_threads=THREADS)
+    assert "int8 tiles" in kern.spec.traits and "A computed" in kern.spec.traits, kern.spec.traits
+    fed = [(rng.standard_normal((M, 200)) * 3).astype(np.float32)]
+    got = np.asarray(kern.run(fed + [g.constants[v] for v in kern.inputs[1:]])[0])
+    np.testing.assert_allclose(got, interp.run(g, fed)[outputs[0]], rtol=1e-5, atol=1e-4)
 
 
 def test_batched_matmul_of_a_transformer_linear(path):
