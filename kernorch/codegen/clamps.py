@@ -3,9 +3,9 @@ written without NaN propagation.
 
 A float max or min propagates NaN, as NumPy's and the interpreter's do, so the C generator
 writes ``((a > b) | (a != a)) ? a : b``: a compare, an or and a blend per vector where
-``a > b ? a : b`` is one ``vmaxps``. In a kernel that requantizes (every int8 kernel) that cost
-a third of a 1x1 convolution's time on VNNI tiles (3136x24 @ 24x72 to uint8, Zen 4: 96-117 us
-against 60-77 written plainly). It makes no difference where the chain ends in a cast to a
+``a > b ? a : b`` is one ``vmaxps``: work on every element a requantizing kernel (every int8
+kernel) writes, comparable to the products of a short 1x1 convolution on VNNI tiles. It makes
+no difference where the chain ends in a cast to a
 narrow integer: a NaN that reaches that cast becomes 0 (through int32, interp._cast), and a
 plain first clamp turns the NaN into its bound, which the rest of the chain carries to the
 cast. So a chain of max/min by constants read only by the next link and ending in such a cast

@@ -1,8 +1,8 @@
 """int8 products on VNNI: the generated GEMM's tile when A is uint8 integers and B a constant of
 int8 integers (a quantized model after rewrite/quantized.py: ``linear(cast(xq) - zx, wq)``).
 
-Why: oneDNN's int8 convolution through PyTorch costs about 29 us per call on a Zen 4 VM even on
-a 2x2 image (float32's costs 4), and a MobileNetV3 has 62 convolutions; the float32 GEMM the
+Why: oneDNN's int8 convolution through PyTorch costs about 30 us per call on a Zen 4 VM even on
+a 4x4 image (``python -m bench.int8_floor``), and a MobileNetV3 has 62 convolutions; the float32 GEMM the
 generator wrote instead multiplies the integers at float32's speed. ``VPDPBUSD`` adds four
 u8 x s8 products per int32 lane, four times float32's products per instruction, exactly.
 
