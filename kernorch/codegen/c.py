@@ -21,7 +21,7 @@ from kernorch.codegen.gemm_helpers import HELPERS as GEMM_HELPERS
 from kernorch.codegen.winograd import HELPERS as WINOGRAD_HELPERS
 from kernorch.codegen.transpose import HELPER as TRANSPOSE_HELPER
 from kernorch.codegen.vnni import HELPERS as VNNI_HELPERS
-from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store
+from kernorch.codegen.kernel import Accum, Call, Decl, KernelSpec, Let, Loop, Parallel, Store, statements
 from kernorch.ir.interp import NARROW_INTS
 from kernorch.ir import index as ix
 
@@ -336,13 +336,7 @@ class _Printer:
 
 def _bf16_arrays(body) -> set[str]:
     """The names of the bf16 scratch arrays the parallel loops in ``body`` declare (stored as bits)."""
-    names = set()
-    for s in body:
-        if isinstance(s, Parallel):
-            names |= {a.name for a in s.arrays if a.dtype == "bfloat16"}
-        if isinstance(s, (Parallel, Loop)):
-            names |= _bf16_arrays(s.body)
-    return names
+    return {a.name for s in statements(body) if isinstance(s, Parallel) for a in s.arrays if a.dtype == "bfloat16"}
 
 
 def _computed(dtype: str) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from kernorch.codegen.kernel import Accum, Let, Loop, Parallel, Store
+from kernorch.codegen.kernel import Accum, Let, Store, statements
 from kernorch.ir.interp import NARROW_INTS
 
 
@@ -28,7 +28,12 @@ def plain_clamps(body: tuple) -> dict[str, tuple[str, str]]:
     (the operand that may be NaN, the bound), in the order ``x > b ? x : b`` takes them."""
     lets: dict[str, Let] = {}
     uses: Counter[str] = Counter()
-    _walk(body, lets, uses)
+    for s in statements(body):
+        if isinstance(s, Let):
+            lets[s.name] = s
+            uses.update(s.args)
+        elif isinstance(s, (Store, Accum)):
+            uses[s.value] += 1
     plain: dict[str, tuple[str, str]] = {}
     for c in lets.values():
         if c.op != "cast" or c.dtype not in NARROW_INTS or not c.args:
@@ -63,16 +68,3 @@ def _nan_goes_to_zero(chain: list[tuple[str, float]]) -> bool:
     for op, b in chain[1:]:
         v = max(v, b) if op == "max" else min(v, b)
     return -1.0 < v < 1.0
-
-
-def _walk(body, lets: dict[str, Let], uses: Counter) -> None:
-    for s in body:
-        if isinstance(s, Let):
-            lets[s.name] = s
-            uses.update(s.args)
-        elif isinstance(s, Store):
-            uses[s.value] += 1
-        elif isinstance(s, Accum):
-            uses[s.value] += 1
-        elif isinstance(s, (Loop, Parallel)):
-            _walk(s.body, lets, uses)

@@ -110,6 +110,14 @@ class Call:
 Stmt = Union[Let, Store, Accum, Decl, Loop, Parallel, Call]
 
 
+def statements(body):
+    """Every statement of ``body``, those inside loops and parallel loops too, in order."""
+    for s in body:
+        yield s
+        if isinstance(s, (Loop, Parallel)):
+            yield from statements(s.body)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SpecHeader:
     """What every generated kernel's description states (the C KernelSpec below, the Triton
